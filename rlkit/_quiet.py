@@ -1,0 +1,18 @@
+"""Keep the kit's output clean.
+
+Importing ``torchrl.collectors`` emits DeprecationWarnings, and TorchRL/Lightning print
+notices that are not actionable for rlkit users. The filters here are narrow: they match
+the exact third-party messages, so a warning raised by rlkit itself, or a new one from a
+dependency, still shows.
+"""
+
+import warnings
+
+_IGNORED = [
+    # (category, message regex, module regex)
+    (DeprecationWarning, r".*", r"torchrl(\..*)?"),
+    (FutureWarning, r".*auto_register_policy_transforms.*", r".*"),
+]
+
+for category, message, module in _IGNORED:
+    warnings.filterwarnings("ignore", message=message, category=category, module=module)

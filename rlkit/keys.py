@@ -1,0 +1,74 @@
+"""Every TensorDict key rlkit reads or writes, in one place.
+
+Names follow TorchRL's conventions so rlkit components interoperate with TorchRL's
+collectors, losses and transforms. Shapes are written for a collector batch ``[N, T]``
+(N environments, T time steps; the time dimension is the last batch dimension and is
+named ``"time"`` by TorchRL collectors). ``*`` stands for those batch dimensions, ``O``
+for the observation shape, ``A`` for the action shape.
+
+A nested key such as ``("next", "reward")`` lives in the ``"next"`` sub-TensorDict, which
+holds what the environment returned after the step.
+
+============================  ==================  ========================================
+key                           shape               written by
+============================  ==================  ========================================
+``OBSERVATION``               ``[*, *O]``         the environment
+``ACTION``                    ``[*, *A]``         the actor (int64 ``[*]`` for discrete)
+``ACTION_LOG_PROB``           ``[*]``             the actor, log mu(a|s) at collection
+``LOGITS``                    ``[*, n]``          categorical actor heads
+``LOC`` / ``SCALE``           ``[*, *A]``         Gaussian actor heads
+``STATE_VALUE``               ``[*, 1]``          V critics
+``ACTION_VALUE``              ``[*, n]``          Q critics (one value per discrete action)
+``STATE_ACTION_VALUE``        ``[*, 1]``          Q(s, a) critics for continuous actions
+``ADVANTAGE``                 ``[*, 1]``          value estimators (GAE, V-trace)
+``VALUE_TARGET``              ``[*, 1]``          value estimators (GAE, V-trace, TD(lambda))
+``REWARD``                    ``[*, 1]``          the environment, ``("next", "reward")``
+``DONE``                      ``[*, 1]``          terminated or truncated (bool)
+``TERMINATED``                ``[*, 1]``          a true terminal state: no bootstrap
+``TRUNCATED``                 ``[*, 1]``          a time limit: bootstrap from V(next obs)
+``NEXT_OBSERVATION``          ``[*, *O]``         the true observation after the step,
+                                                  also at done steps (never the reset one)
+``NEXT_STATE_VALUE``          ``[*, 1]``          V critics applied to the next observation
+``EPISODE_RETURN``            ``[*, 1]``          ``make_env`` (running undiscounted return)
+``STEP_COUNT``                ``[*, 1]``          ``make_env`` (steps in the episode)
+============================  ==================  ========================================
+"""
+
+from __future__ import annotations
+
+OBSERVATION = "observation"
+ACTION = "action"
+ACTION_LOG_PROB = "action_log_prob"
+LOGITS = "logits"
+LOC = "loc"
+SCALE = "scale"
+
+STATE_VALUE = "state_value"
+ACTION_VALUE = "action_value"
+STATE_ACTION_VALUE = "state_action_value"
+
+ADVANTAGE = "advantage"
+VALUE_TARGET = "value_target"
+
+NEXT = "next"
+REWARD = (NEXT, "reward")
+DONE = (NEXT, "done")
+TERMINATED = (NEXT, "terminated")
+TRUNCATED = (NEXT, "truncated")
+NEXT_OBSERVATION = (NEXT, OBSERVATION)
+NEXT_STATE_VALUE = (NEXT, STATE_VALUE)
+
+#: Running (undiscounted) episode return, written by ``make_env`` through TorchRL's
+#: ``RewardSum``; at a done step ``("next", EPISODE_RETURN_NAME)`` is the episode's return.
+EPISODE_RETURN_NAME = "episode_reward"
+EPISODE_RETURN = (NEXT, EPISODE_RETURN_NAME)
+STEP_COUNT_NAME = "step_count"
+STEP_COUNT = (NEXT, STEP_COUNT_NAME)
+
+#: Name TorchRL collectors give the time dimension of a batch.
+TIME_DIM_NAME = "time"
+
+
+def describe(key: str | tuple[str, ...]) -> str:
+    """Return a key as users write it: ``"advantage"`` or ``("next", "reward")``."""
+    return repr(key) if isinstance(key, str) else "(" + ", ".join(repr(k) for k in key) + ")"
