@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Create the benchmark-only environment .venv-sb3/ at the repository root with
+# Stable-Baselines3 and its dependencies. SB3 never goes into the project's own .venv.
+#
+# Usage:  bash benchmarks/peers/setup_sb3.sh          (idempotent: skips if already set up)
+#         FORCE=1 bash benchmarks/peers/setup_sb3.sh  (recreate from scratch)
+#         PYTHON=/path/to/python3.11 bash benchmarks/peers/setup_sb3.sh
+#
+# torch is pinned to the project's torch (2.14.1) so both sides of a benchmark run the same
+# tensor library; gymnasium[classic-control] gives CartPole/Pendulum; psutil is used by
+# benchmarks/peers/sb3_fps.py for nothing but is kept for parity with the project env.
+set -euo pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+VENV="${REPO_ROOT}/.venv-sb3"
+PYTHON="${PYTHON:-python3}"
+PACKAGES=("torch==2.14.1" "stable-baselines3" "gymnasium[classic-control]" "psutil")
+
+check() {
+    "${VENV}/bin/python" - <<'PY' 2>/dev/null
+import torch, stable_baselines3, gymnasium, psutil
+assert torch.__version__.split("+")[0] == "2.14.1", torch.__version__
+gymnasium.make("CartPole-v1")
+print(f"sb3 {stable_baselines3.__version__}, torch {torch.__version__}, "
+      f"gymnasium {gymnasium.__version__}, psutil {psutil.__version__}")
+PY
+}
+
+if [[ "${FORCE:-0}" == "1" && -d "${VENV}" ]]; then
+    echo "FORCE=1: removing ${VENV}"
+    rm -rf "${VENV}"
+fi
+
+if [[ -x "${VENV}/bin/python" ]] && versions="$(check)"; then
+    echo "${VENV} already set up (${versions}); nothing to do."
+    exit 0
+fi
+
+echo "Creating ${VENV} with ${PYTHON} ($("${PYTHON}" --version))"
+"${PYTHON}" -m venv "${VENV}"
+"${VENV}/bin/python" -m pip install --quiet --upgrade pip
+"${VENV}/bin/python" -m pip install --quiet "${PACKAGES[@]}"
+
+if ! versions="$(check)"; then
+    echo "error: ${VENV} was created but the import check failed;" \
+         "rerun with FORCE=1 to rebuild it" >&2
+    exit 1
+fi
+echo "Ready: ${VENV} (${versions})"
