@@ -7,8 +7,9 @@
 #         PYTHON=/path/to/python3.11 bash benchmarks/peers/setup_sb3.sh
 #
 # torch is pinned to the project's torch (2.14.1) so both sides of a benchmark run the same
-# tensor library; gymnasium[classic-control] gives CartPole/Pendulum; psutil is used by
-# benchmarks/peers/sb3_fps.py for nothing but is kept for parity with the project env.
+# tensor library (the CUDA wheel, taken from the local disk through pip's constraint file on
+# these machines); gymnasium[classic-control] gives CartPole/Pendulum; psutil matches the
+# project environment so memory can be inspected from inside a peer run when debugging.
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
