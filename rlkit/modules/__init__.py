@@ -1,0 +1,36 @@
+"""Networks, actors, critics, target networks and observation normalisation.
+
+See ``docs/modules.md`` for usage examples.
+"""
+
+from rlkit.modules.actors import categorical_actor, gaussian_actor, make_actor, shared_actor_critic
+from rlkit.modules.critics import (
+    make_q,
+    make_value,
+    q_critic_continuous,
+    q_critic_discrete,
+    value_critic,
+)
+from rlkit.modules.networks import ImpalaCNN, NatureCNN, init_orthogonal_, mlp, mlp_body
+from rlkit.modules.normalization import ObservationNorm, RunningMeanStd
+from rlkit.modules.target import TargetNetwork
+
+__all__ = [
+    "ImpalaCNN",
+    "NatureCNN",
+    "ObservationNorm",
+    "RunningMeanStd",
+    "TargetNetwork",
+    "categorical_actor",
+    "gaussian_actor",
+    "init_orthogonal_",
+    "make_actor",
+    "make_q",
+    "make_value",
+    "mlp",
+    "mlp_body",
+    "q_critic_continuous",
+    "q_critic_discrete",
+    "shared_actor_critic",
+    "value_critic",
+]

@@ -1,0 +1,395 @@
+"""Stochastic actors: categorical (discrete) and Gaussian / TanhNormal (continuous) policies.
+
+Every builder returns a TorchRL :class:`~torchrl.modules.ProbabilisticActor`, so actors work
+with TorchRL collectors and losses as well as rlkit's:
+
+- ``actor(td)`` samples (default interaction ``RANDOM``) and writes ``keys.ACTION`` and
+  ``keys.ACTION_LOG_PROB`` ``[*]`` (log mu(a|s) of the sampled action) plus the
+  distribution parameters (``keys.LOGITS``, or ``keys.LOC`` / ``keys.SCALE``);
+- under ``set_exploration_type(ExplorationType.DETERMINISTIC)`` the action is the mode
+  (argmax of the logits), the mean ``loc`` (Normal) or :math:`\\tanh(loc)` rescaled to
+  ``[low, high]`` (TanhNormal);
+- ``actor.get_dist(td)`` returns the distribution, whose ``log_prob(action)`` has shape
+  ``[*]`` (summed over the action dimension).
+
+=====================  ===========================  =======================================
+policy                 action                       log-density
+=====================  ===========================  =======================================
+categorical            int64 ``[*]``                :math:`\\log\\mathrm{softmax}(z)_a`
+one-hot                one-hot ``[*, n]``           same, at the hot index
+Normal (PPO)           ``[*, d]``                   :math:`\\sum_i \\log\\mathcal{N}(a_i;
+                                                    \\mu_i, \\sigma_i)`, state-independent
+                                                    :math:`\\log\\sigma` parameter
+TanhNormal (SAC)       ``[*, d]`` in [low, high]    :math:`\\sum_i \\log\\mathcal{N}(u_i) -
+                                                    \\log(1 - \\tanh^2 u_i) -
+                                                    \\log\\frac{high_i - low_i}{2}`
+=====================  ===========================  =======================================
+
+with :math:`a = low + (high - low) (\\tanh(u) + 1) / 2` for the TanhNormal.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from tensordict import NestedKey
+from tensordict.nn import InteractionType, TensorDictModule
+from torch import nn
+from torchrl.data import Bounded, Categorical, Composite, OneHot, TensorSpec, Unbounded
+from torchrl.modules import (
+    IndependentNormal,
+    OneHotCategorical,
+    ProbabilisticActor,
+    TanhNormal,
+    ValueOperator,
+)
+
+from rlkit import keys
+from rlkit.modules.critics import action_kind, observation_features, value_critic
+from rlkit.modules.networks import mlp, mlp_body
+
+__all__ = [
+    "categorical_actor",
+    "gaussian_actor",
+    "make_actor",
+    "shared_actor_critic",
+]
+
+Hidden = Sequence[int]
+Activation = str | type[nn.Module]
+
+#: Orthogonal gain of policy output layers (CleanRL / SB3): near-uniform initial policy.
+POLICY_OUT_GAIN = 0.01
+#: Bounds of the state-dependent log-std (CleanRL's SAC, Yarats & Kostrikov's pytorch_sac).
+LOG_STD_BOUNDS = (-5.0, 2.0)
+
+
+def _head(backbone: nn.Module | None, head: nn.Module) -> nn.Module:
+    if backbone is None:
+        return head
+    if not isinstance(backbone, nn.Module):
+        raise TypeError(f"backbone must be an nn.Module, got {type(backbone).__name__}")
+    return nn.Sequential(backbone, head)
+
+
+def _positive_int(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+def categorical_actor(
+    in_features: int,
+    n_actions: int,
+    *,
+    hidden: Hidden = (64, 64),
+    activation: Activation = "tanh",
+    layer_norm: bool = False,
+    backbone: nn.Module | None = None,
+    one_hot: bool = False,
+    spec: TensorSpec | None = None,
+    obs_key: NestedKey = keys.OBSERVATION,
+) -> ProbabilisticActor:
+    """Categorical policy :math:`\\pi(a|s) = \\mathrm{softmax}(z_\\theta(s))_a`.
+
+    Reads ``obs_key`` ``[*, F]``; writes ``keys.LOGITS`` ``[*, n]``, ``keys.ACTION``
+    (int64 ``[*]``, or one-hot ``[*, n]`` with ``one_hot=True``) and
+    ``keys.ACTION_LOG_PROB`` ``[*]``. The logits layer is orthogonal with gain 0.01 so the
+    initial policy is near uniform.
+
+    Args:
+        in_features: width the MLP head sees (observation width, or the backbone's output).
+        n_actions: number of discrete actions.
+        hidden, activation, layer_norm: MLP head (see :func:`~rlkit.modules.networks.mlp`).
+        backbone: optional feature extractor applied to the observation first.
+        one_hot: emit one-hot actions (for ``OneHot`` action specs) instead of indices.
+        spec: action spec to attach; defaults to ``Categorical(n_actions)`` /
+            ``OneHot(n_actions)``.
+        obs_key: key of the observation.
+
+    Example:
+        >>> from tensordict import TensorDict
+        >>> actor = categorical_actor(4, 2)
+        >>> td = actor(TensorDict({"observation": torch.zeros(3, 4)}, [3]))
+        >>> td["action"].dtype, td["action"].shape, td["action_log_prob"].shape
+        (torch.int64, torch.Size([3]), torch.Size([3]))
+    """
+    _positive_int("n_actions", n_actions)
+    net = mlp(
+        in_features,
+        n_actions,
+        hidden=hidden,
+        activation=activation,
+        layer_norm=layer_norm,
+        out_gain=POLICY_OUT_GAIN,
+    )
+    module = TensorDictModule(_head(backbone, net), in_keys=[obs_key], out_keys=[keys.LOGITS])
+    if spec is None:
+        spec = OneHot(n_actions) if one_hot else Categorical(n_actions)
+    return ProbabilisticActor(
+        module,
+        in_keys=[keys.LOGITS],
+        out_keys=[keys.ACTION],
+        spec=spec,
+        distribution_class=OneHotCategorical if one_hot else torch.distributions.Categorical,
+        return_log_prob=True,
+        log_prob_key=keys.ACTION_LOG_PROB,
+        default_interaction_type=InteractionType.RANDOM,
+    )
+
+
+class _StateIndependentStd(nn.Module):
+    """``x -> (loc(x), exp(log_std))``: a learned log-std vector shared by all states."""
+
+    def __init__(self, loc: nn.Module, action_dim: int, init_log_std: float) -> None:
+        super().__init__()
+        self.loc = loc
+        self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        loc = self.loc(x)
+        return loc, self.log_std.exp().expand_as(loc)
+
+
+class _StateDependentStd(nn.Module):
+    """``x -> (loc, exp(log_std))`` from one network with ``2 * action_dim`` outputs.
+
+    The raw std output is squashed smoothly into ``[log_std_min, log_std_max]``:
+    :math:`\\log\\sigma = m + \\frac{M - m}{2}(\\tanh(r) + 1)`, which keeps gradients
+    everywhere, unlike a hard clamp (CleanRL's ``sac_continuous_action``).
+    """
+
+    def __init__(self, net: nn.Module, log_std_bounds: tuple[float, float]) -> None:
+        super().__init__()
+        self.net = net
+        self.log_std_min, self.log_std_max = (float(b) for b in log_std_bounds)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        loc, raw = self.net(x).chunk(2, dim=-1)
+        half_range = 0.5 * (self.log_std_max - self.log_std_min)
+        log_std = self.log_std_min + half_range * (torch.tanh(raw) + 1.0)
+        return loc, log_std.exp()
+
+
+def _state_dependent_net(
+    in_features: int,
+    action_dim: int,
+    *,
+    init_log_std: float,
+    log_std_bounds: tuple[float, float],
+    **mlp_kw,
+) -> _StateDependentStd:
+    lo, hi = log_std_bounds
+    if not lo < init_log_std < hi:
+        raise ValueError(
+            f"init_log_std={init_log_std} must lie strictly inside log_std_bounds={log_std_bounds}"
+        )
+    net = mlp(in_features, 2 * action_dim, out_gain=POLICY_OUT_GAIN, **mlp_kw)
+    # Bias the raw std outputs so that log_std == init_log_std at initialisation.
+    with torch.no_grad():
+        net[-1].bias[action_dim:] = math.atanh(2.0 * (init_log_std - lo) / (hi - lo) - 1.0)
+    return _StateDependentStd(net, log_std_bounds)
+
+
+def _bounds(
+    low: torch.Tensor | float | None, high: torch.Tensor | float | None, action_dim: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    low_t = torch.as_tensor(-1.0 if low is None else low, dtype=torch.float32)
+    high_t = torch.as_tensor(1.0 if high is None else high, dtype=torch.float32)
+    low_t, high_t = (t.expand(action_dim).clone() for t in (low_t, high_t))
+    if not torch.isfinite(low_t).all() or not torch.isfinite(high_t).all():
+        raise ValueError("TanhNormal actors need finite low/high bounds; use tanh=False")
+    if not (high_t > low_t).all():
+        raise ValueError(f"need high > low elementwise, got low={low_t}, high={high_t}")
+    return low_t, high_t
+
+
+def gaussian_actor(
+    in_features: int,
+    action_dim: int,
+    *,
+    hidden: Hidden = (64, 64),
+    activation: Activation = "tanh",
+    layer_norm: bool = False,
+    backbone: nn.Module | None = None,
+    tanh: bool = False,
+    low: torch.Tensor | float | None = None,
+    high: torch.Tensor | float | None = None,
+    state_dependent_std: bool | None = None,
+    init_log_std: float = 0.0,
+    log_std_bounds: tuple[float, float] = LOG_STD_BOUNDS,
+    spec: TensorSpec | None = None,
+    obs_key: NestedKey = keys.OBSERVATION,
+) -> ProbabilisticActor:
+    """Gaussian policy, PPO style (``tanh=False``) or SAC style (``tanh=True``).
+
+    ``tanh=False``: :math:`a \\sim \\mathcal{N}(\\mu_\\theta(s), \\mathrm{diag}\\,\\sigma^2)`
+    (TorchRL ``IndependentNormal``), actions unbounded (clip them in the environment).
+    ``tanh=True``: :math:`u \\sim \\mathcal{N}(\\mu_\\theta(s), \\sigma_\\theta(s)^2)`,
+    :math:`a = low + (high - low)(\\tanh u + 1)/2` (TorchRL ``TanhNormal``) with the
+    change-of-variables log-density of the module docstring.
+
+    Reads ``obs_key``; writes ``keys.LOC`` / ``keys.SCALE`` ``[*, d]``, ``keys.ACTION``
+    ``[*, d]`` and ``keys.ACTION_LOG_PROB`` ``[*]``.
+
+    Args:
+        in_features: width the MLP head sees (observation width, or the backbone's output).
+        action_dim: ``d``.
+        tanh: squash with tanh into ``[low, high]`` (default bounds ``[-1, 1]``).
+        low, high: bounds for ``tanh=True`` (scalars or ``[d]`` tensors).
+        state_dependent_std: :math:`\\sigma_\\theta(s)` from the network (squashed into
+            ``log_std_bounds``) instead of a learned state-independent log-std vector.
+            Defaults to ``tanh`` (SAC: state-dependent; PPO: state-independent).
+        init_log_std: initial :math:`\\log\\sigma` (0.0 as in CleanRL's PPO).
+        log_std_bounds: range of the state-dependent log-std, default ``(-5, 2)``.
+        spec: action spec to attach; defaults to ``Bounded(low, high)`` or ``Unbounded``.
+
+    Example:
+        >>> from tensordict import TensorDict
+        >>> actor = gaussian_actor(3, 1, tanh=True, low=-2.0, high=2.0)
+        >>> td = actor(TensorDict({"observation": torch.zeros(5, 3)}, [5]))
+        >>> td["action"].shape, td["action_log_prob"].shape, bool(td["action"].abs().max() <= 2)
+        (torch.Size([5, 1]), torch.Size([5]), True)
+    """
+    _positive_int("action_dim", action_dim)
+    if not tanh and (low is not None or high is not None):
+        raise ValueError(
+            "low/high apply only with tanh=True; a tanh=False (Normal) actor is unbounded, "
+            "clip its actions in the environment or pass tanh=True"
+        )
+    if state_dependent_std is None:
+        state_dependent_std = tanh
+    mlp_kw = dict(hidden=hidden, activation=activation, layer_norm=layer_norm)
+    if state_dependent_std:
+        net: nn.Module = _state_dependent_net(
+            in_features,
+            action_dim,
+            init_log_std=init_log_std,
+            log_std_bounds=log_std_bounds,
+            **mlp_kw,
+        )
+    else:
+        loc = mlp(in_features, action_dim, out_gain=POLICY_OUT_GAIN, **mlp_kw)
+        net = _StateIndependentStd(loc, action_dim, init_log_std)
+    module = TensorDictModule(
+        _head(backbone, net), in_keys=[obs_key], out_keys=[keys.LOC, keys.SCALE]
+    )
+    if tanh:
+        low_t, high_t = _bounds(low, high, action_dim)
+        dist_class, dist_kw = TanhNormal, {"low": low_t, "high": high_t}
+        spec = Bounded(low=low_t, high=high_t, shape=(action_dim,)) if spec is None else spec
+    else:
+        dist_class, dist_kw = IndependentNormal, {}
+        spec = Unbounded(shape=(action_dim,)) if spec is None else spec
+    return ProbabilisticActor(
+        module,
+        in_keys=[keys.LOC, keys.SCALE],
+        out_keys=[keys.ACTION],
+        spec=spec,
+        distribution_class=dist_class,
+        distribution_kwargs=dist_kw,
+        return_log_prob=True,
+        log_prob_key=keys.ACTION_LOG_PROB,
+        default_interaction_type=InteractionType.RANDOM,
+    )
+
+
+def make_actor(
+    observation_spec: TensorSpec,
+    action_spec: TensorSpec,
+    *,
+    backbone: nn.Module | None = None,
+    in_features: int | None = None,
+    obs_key: NestedKey = keys.OBSERVATION,
+    tanh: bool = False,
+    **kw,
+) -> ProbabilisticActor:
+    """Build the actor that fits the specs of an environment.
+
+    ``Categorical(n)`` actions -> :func:`categorical_actor` (int64 actions);
+    ``OneHot(n)`` -> :func:`categorical_actor` with ``one_hot=True``; continuous
+    ``Bounded`` -> :func:`gaussian_actor` (``tanh=True`` squashes into the spec's bounds);
+    continuous ``Unbounded`` -> :func:`gaussian_actor` with ``tanh=False``. Anything else
+    (MultiCategorical, Binary, MultiOneHot, Composite actions, non-flat observations without
+    a backbone) raises ``ValueError`` naming the spec.
+
+    Args:
+        observation_spec: ``env.observation_spec`` (Composite; its shape is the env batch
+            shape, stripped from the leaves) or an unbatched leaf spec.
+        action_spec: ``env.action_spec`` or ``env.full_action_spec``.
+        backbone, in_features: feature extractor and its output width (see
+            :func:`~rlkit.modules.critics.observation_features`).
+        tanh: for continuous actions, TanhNormal (SAC) instead of Normal (PPO).
+        **kw: forwarded to the builder (``hidden``, ``activation``, ``init_log_std``, ...).
+    """
+    width = observation_features(
+        observation_spec, obs_key=obs_key, backbone=backbone, in_features=in_features
+    )
+    batch = tuple(observation_spec.shape) if isinstance(observation_spec, Composite) else ()
+    info = action_kind(action_spec, batch_shape=batch)
+    leaf = action_spec[keys.ACTION] if isinstance(action_spec, Composite) else action_spec
+    common = dict(backbone=backbone, obs_key=obs_key, spec=leaf, **kw)
+    if info.kind != "continuous":
+        return categorical_actor(width, info.size, one_hot=info.kind == "one_hot", **common)
+    if not tanh:
+        return gaussian_actor(width, info.size, **common)
+    if info.low is None:
+        raise ValueError(
+            f"tanh=True needs a Bounded action spec, got {type(leaf).__name__}; "
+            "use tanh=False for unbounded actions"
+        )
+    return gaussian_actor(width, info.size, tanh=True, low=info.low, high=info.high, **common)
+
+
+def shared_actor_critic(
+    in_features: int,
+    *,
+    n_actions: int | None = None,
+    action_dim: int | None = None,
+    hidden: Hidden = (64, 64),
+    head_hidden: Hidden = (),
+    activation: Activation = "tanh",
+    layer_norm: bool = False,
+    backbone: nn.Module | None = None,
+    obs_key: NestedKey = keys.OBSERVATION,
+    **actor_kw,
+) -> tuple[ProbabilisticActor, ValueOperator]:
+    """Actor and V critic sharing one trunk (Mnih et al. 2016; PPO on Atari).
+
+    ``trunk = backbone -> mlp_body(hidden)``; the policy head and the value head (each an
+    MLP with ``head_hidden``, linear by default) both read the trunk features. The two
+    returned modules hold the *same* trunk ``nn.Module``, so the policy loss and the value
+    loss both train it, while each head receives gradients only from its own loss.
+
+    Give exactly one of ``n_actions`` (categorical policy) or ``action_dim`` (Gaussian
+    policy; ``actor_kw`` goes to :func:`gaussian_actor`, e.g. ``tanh``, ``init_log_std``).
+
+    Parameters are shared: build the optimiser from
+    ``nn.ModuleList([actor, critic]).parameters()``, which lists the trunk once.
+
+    Returns:
+        ``(actor, critic)``: ``actor.get_dist(td)`` / ``actor(td)`` as for the other
+        builders; ``critic(td)`` writes ``keys.STATE_VALUE`` ``[*, 1]``.
+    """
+    if (n_actions is None) == (action_dim is None):
+        raise ValueError(
+            "give exactly one of n_actions= (discrete policy) or action_dim= (Gaussian policy)"
+        )
+    body = mlp_body(in_features, hidden=hidden, activation=activation, layer_norm=layer_norm)
+    trunk = body if backbone is None else nn.Sequential(backbone, body)
+    width = hidden[-1] if len(hidden) else in_features
+    head_kw = dict(
+        hidden=head_hidden,
+        activation=activation,
+        layer_norm=layer_norm,
+        backbone=trunk,
+        obs_key=obs_key,
+    )
+    if n_actions is not None:
+        actor = categorical_actor(width, n_actions, **head_kw, **actor_kw)
+    else:
+        actor = gaussian_actor(width, action_dim, **head_kw, **actor_kw)
+    critic = value_critic(width, **head_kw)
+    return actor, critic
