@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import shlex
 import statistics
@@ -120,7 +121,9 @@ def markdown(results: list[dict], meta: dict) -> str:
     lines = [
         "# Value estimators: rlkit vs TorchRL loop kernels",
         "",
-        f"CPU, 1 thread, median of {meta['repeats']} repeats; 2% done steps, half truncated. "
+        f"CPU, 1 thread, median of {meta['repeats']} repeats; 2% done steps, half truncated; "
+        f"load average {meta['load_average_1_5_15min'][0]} on {meta['cpu_count']} cores "
+        "(shared machine: compare ratios). "
         f"torch {meta['torch']}, torchrl {meta['torchrl']}, commit `{meta['commit'][:10]}`"
         f"{' (uncommitted changes)' if meta['dirty'] else ''}, seed {meta['seed']}.",
         f"Command: `{meta['command']}`",
@@ -171,6 +174,8 @@ def main() -> int:
         "python": platform.python_version(),
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "load_average_1_5_15min": [round(x, 2) for x in os.getloadavg()],
         "command": shlex.join([Path(sys.executable).name, *sys.argv]),
         "seed": args.seed,
         "repeats": args.repeats,

@@ -289,6 +289,12 @@ class VTrace(_ValueEstimator):
 
     The actor runs on a selection of its ``in_keys``, so writing its distribution
     parameters does not overwrite the behaviour policy's stored ones.
+
+    TanhNormal caveat: TorchRL's ``ProbabilisticActor`` (random mode) stores the log-prob
+    of the exact pre-tanh sample, which re-scoring the rounded stored action reproduces to
+    ~1e-5 away from the bounds but not for saturated actions (pre-tanh beyond ~7, clamped
+    to 1 - 1e-6): there :math:`\rho` is wrong unless the collector stored
+    ``dist.log_prob(action)``. See ``docs/value.md``.
     """
 
     def __init__(
