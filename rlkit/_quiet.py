@@ -12,6 +12,8 @@ _IGNORED = [
     # (category, message regex, module regex)
     (DeprecationWarning, r".*", r"torchrl(\..*)?"),
     (FutureWarning, r".*auto_register_policy_transforms.*", r".*"),
+    # torchrl.collectors defines deprecated weight-updater classes at import time
+    (DeprecationWarning, r"Creating \w+ which inherits from WeightUpdaterBase", r".*"),
 ]
 
 for category, message, module in _IGNORED:

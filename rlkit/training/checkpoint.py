@@ -1,0 +1,156 @@
+"""Checkpoints: atomic, tensor-only, safe to load.
+
+A checkpoint is a plain dictionary of tensors, numbers, strings, lists and dicts, so it loads
+with ``torch.load(..., weights_only=True)``: loading never executes code from the file.
+It is written to a temporary file in the same directory, flushed to disk and renamed over the
+destination, so a crash leaves either the old file or the new one, never half of one.
+
+Layout::
+
+    {"format": FORMAT, "algo": "ppo", "env": "CartPole-v1",
+     "modules": {name: state_dict}, "optimizers": {name: state_dict},
+     "counters": {"frames": int, "batches": int, ...}, "algo_state": {...},
+     "rng": {...}, "config": {...}}
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import random
+import tempfile
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+FORMAT = "rlkit-checkpoint/1"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is missing, corrupt, or does not match the run that loads it."""
+
+
+def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
+    """``torch.save`` to ``path`` through a temporary file and an atomic rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(buffer.getbuffer())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load(path: str | os.PathLike) -> dict[str, Any]:
+    """Load an rlkit checkpoint with ``weights_only=True`` and check its format."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} does not exist: pass the path of a .pt file written by "
+            "an rlkit run (<run-dir>/checkpoints/last.pt)"
+        )
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, pickle.UnpicklingError, EOFError, zipfile.BadZipFile, OSError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} is corrupt or not a safe rlkit checkpoint ({first}); "
+            "use an earlier checkpoint or start a new run"
+        ) from None
+    if not isinstance(payload, Mapping) or payload.get("format") != FORMAT:
+        raise CheckpointError(
+            f"{str(path)!r} is not an rlkit checkpoint (expected format {FORMAT!r}); "
+            "pass a file from <run-dir>/checkpoints/"
+        )
+    return dict(payload)
+
+
+def check_compatible(payload: Mapping[str, Any], *, algo: str, path: str | os.PathLike) -> None:
+    """Raise when a checkpoint was written by another algorithm."""
+    if payload.get("algo") != algo:
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} was written by algorithm {payload.get('algo')!r}, "
+            f"but this recipe is {algo!r}: use a checkpoint from a {algo} run"
+        )
+
+
+def load_module_state(module: nn.Module, state: Mapping[str, Any], *, name: str, path) -> None:
+    """``load_state_dict`` with a message that names the mismatching tensors."""
+    own = module.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    mismatched = [
+        f"{k}: checkpoint {tuple(state[k].shape)} vs model {tuple(own[k].shape)}"
+        for k in own
+        if k in state and hasattr(state[k], "shape") and state[k].shape != own[k].shape
+    ]
+    if missing or unexpected or mismatched:
+        details = "; ".join(
+            part
+            for part in (
+                f"missing {missing[:5]}" if missing else "",
+                f"unexpected {unexpected[:5]}" if unexpected else "",
+                f"shape mismatch {mismatched[:3]}" if mismatched else "",
+            )
+            if part
+        )
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} does not fit module {name!r} ({details}): it was written "
+            "for other network sizes or another environment; use matching flags "
+            "(see config in the checkpoint) or start a new run"
+        )
+    module.load_state_dict(state)
+
+
+def all_finite(modules: Mapping[str, nn.Module]) -> bool:
+    """True when every parameter and floating buffer is finite."""
+    for module in modules.values():
+        for t in list(module.parameters()) + list(module.buffers()):
+            if t.is_floating_point() and not torch.isfinite(t).all():
+                return False
+    return True
+
+
+# --------------------------------------------------------------------------- RNG state
+
+
+def rng_state() -> dict[str, Any]:
+    """Python, numpy and torch RNG states as tensors and plain containers."""
+    np_name, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
+    py_version, py_state, py_gauss = random.getstate()
+    return {
+        "torch": torch.get_rng_state(),
+        "numpy": {
+            "name": np_name,
+            "keys": torch.from_numpy(np_keys.astype(np.int64)),
+            "pos": int(np_pos),
+            "has_gauss": int(np_has_gauss),
+            "gauss": float(np_gauss),
+        },
+        "python": {"version": py_version, "state": list(py_state), "gauss": py_gauss},
+    }
+
+
+def set_rng_state(state: Mapping[str, Any]) -> None:
+    """Restore what :func:`rng_state` captured."""
+    torch.set_rng_state(state["torch"])
+    n = state["numpy"]
+    np.random.set_state(
+        (n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"])
+    )
+    p = state["python"]
+    random.setstate((p["version"], tuple(p["state"]), p["gauss"]))

@@ -1,0 +1,276 @@
+"""Typed recipe configuration and its command line.
+
+A recipe declares a frozen dataclass that extends :class:`TrainConfig`; every field becomes a
+``--flag`` whose help text is the field's ``help`` metadata. Values are resolved in this order:
+the dataclass default, a per-environment preset (``presets``), ``--config FILE.yaml``, then the
+flags typed on the command line. The resolved config is saved in the run directory.
+
+Example::
+
+    @dataclass(frozen=True)
+    class MyConfig(TrainConfig):
+        lr: float = field(default=3e-4, metadata={"help": "Adam learning rate"})
+
+    cfg = parse_config(MyConfig, ["--lr", "1e-3", "--env", "Pendulum-v1"])
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+def _help(text: str, **kw: Any) -> dict[str, Any]:
+    return {"help": text, **kw}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Flags shared by every recipe."""
+
+    env: str = field(default="CartPole-v1", metadata=_help("gymnasium environment id"))
+    total_frames: int = field(
+        default=100_000, metadata=_help("environment frames to train for, over all ranks")
+    )
+    seed: int = field(default=0, metadata=_help("random seed (rank r uses seed + 1000 * r)"))
+    num_envs: int = field(default=8, metadata=_help("parallel environments per rank"))
+    target_return: float | None = field(
+        default=None,
+        metadata=_help("stop once the evaluation mean return reaches this value"),
+    )
+    eval_every: int = field(
+        default=10_000, metadata=_help("evaluate every this many frames (0: only at the end)")
+    )
+    eval_episodes: int = field(
+        default=10, metadata=_help("deterministic evaluation episodes per evaluation")
+    )
+    checkpoint_every: int = field(
+        default=50_000, metadata=_help("write a checkpoint every this many frames (0: only at end)")
+    )
+    run_dir: str | None = field(
+        default=None, metadata=_help("run directory (default: runs/<algo>-<env>-s<seed>-<time>)")
+    )
+    config: str | None = field(
+        default=None, metadata=_help("YAML file of flag values; flags typed after it win")
+    )
+    resume: str | None = field(
+        default=None,
+        metadata=_help("checkpoint to resume from, or 'last' for <run-dir>/checkpoints/last.pt"),
+    )
+    init_from: str | None = field(
+        default=None, metadata=_help("warm start: load network weights only from a checkpoint")
+    )
+    accelerator: str = field(default="cpu", metadata=_help("cpu, gpu, cuda, mps or auto"))
+    devices: str = field(default="1", metadata=_help("devices per node: a count, or 'auto'"))
+    strategy: str = field(default="auto", metadata=_help("auto, ddp or ddp_spawn"))
+    num_nodes: int = field(default=1, metadata=_help("number of nodes (multi-node DDP)"))
+    threads: int = field(default=1, metadata=_help("torch CPU threads per process"))
+    video: bool = field(default=False, metadata=_help("save a GIF of one evaluation episode"))
+    progress: bool = field(default=True, metadata=_help("show a progress bar"))
+    log_every: int = field(
+        default=1, metadata=_help("write training metrics every this many batches")
+    )
+
+    def __post_init__(self) -> None:
+        _positive(self, "total_frames", "num_envs", "eval_episodes", "num_nodes", "threads")
+        _positive(self, "log_every")
+        _non_negative(self, "eval_every", "checkpoint_every", "seed")
+        if self.strategy not in ("auto", "ddp", "ddp_spawn", "ddp_fork", "ddp_notebook"):
+            raise ValueError(
+                f"strategy {self.strategy!r} is not supported; use auto, ddp or ddp_spawn "
+                "(rlkit all-reduces gradients itself, so sharded strategies do not apply)"
+            )
+        if self.devices != "auto":
+            try:
+                n = int(self.devices)
+            except ValueError:
+                raise ValueError(
+                    f"devices must be a positive count or 'auto', got {self.devices!r}"
+                ) from None
+            if n < 1:
+                raise ValueError(f"devices must be >= 1, got {n}")
+
+
+def _positive(cfg: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(cfg, name)
+        if value is not None and value <= 0:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag} must be > 0, got {value}")
+
+
+def _non_negative(cfg: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(cfg, name)
+        if value is not None and value < 0:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag} must be >= 0, got {value}")
+
+
+def positive(cfg: Any, *names: str) -> None:
+    """Raise a ValueError naming the flag when one of ``names`` is not > 0."""
+    _positive(cfg, *names)
+
+
+def non_negative(cfg: Any, *names: str) -> None:
+    """Raise a ValueError naming the flag when one of ``names`` is < 0."""
+    _non_negative(cfg, *names)
+
+
+def in_unit_interval(cfg: Any, *names: str, closed_low: bool = True) -> None:
+    """Raise a ValueError naming the flag when one of ``names`` is outside [0, 1]."""
+    for name in names:
+        value = getattr(cfg, name)
+        low_ok = value >= 0 if closed_low else value > 0
+        if not (low_ok and value <= 1):
+            bracket = "[" if closed_low else "("
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag} must be in {bracket}0, 1], got {value}")
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _base_type(tp: Any) -> tuple[Any, bool]:
+    """Return (scalar type, optional) for annotations like ``float | None``."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return args[0], True
+    return tp, False
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _converter(tp: Any, optional: bool):
+    def convert(text: str):
+        if optional and text.lower() in ("none", "null"):
+            return None
+        if tp is bool:
+            return _parse_bool(text)
+        if typing.get_origin(tp) is tuple:
+            item = typing.get_args(tp)[0]
+            try:
+                return [item(x) for x in text.replace(",", " ").split()]
+            except ValueError:
+                raise argparse.ArgumentTypeError(
+                    f"expected {item.__name__} values, got {text!r}"
+                ) from None
+        try:
+            return tp(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {tp.__name__}, got {text!r}") from None
+
+    return convert
+
+
+def build_parser(cls: type, *, description: str | None = None) -> argparse.ArgumentParser:
+    """An argparse parser with one ``--flag`` per dataclass field of ``cls``."""
+    parser = argparse.ArgumentParser(
+        description=description or (cls.__doc__ or "").strip(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        tp, optional = _base_type(hints[f.name])
+        flag = "--" + f.name.replace("_", "-")
+        kwargs: dict[str, Any] = {
+            "dest": f.name,
+            "default": argparse.SUPPRESS,
+            "help": f.metadata.get("help", "") + f" (default: {f.default!r})",
+            "type": _converter(tp, optional),
+        }
+        if "choices" in f.metadata:
+            kwargs["choices"] = f.metadata["choices"]
+        if typing.get_origin(tp) is tuple:
+            kwargs["nargs"] = "+"
+        if tp is bool:
+            kwargs["nargs"] = "?"
+            kwargs["const"] = True
+            kwargs["metavar"] = "BOOL"
+        parser.add_argument(flag, **kwargs)
+    return parser
+
+
+def _load_yaml(path: str, cls: type) -> dict[str, Any]:
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"--config {path!r}: no such file")
+    data = yaml.safe_load(file.read_text()) or {}
+    if not isinstance(data, Mapping):
+        raise ValueError(f"--config {path!r} must hold a mapping of flag names to values")
+    data = {str(k).replace("-", "_"): v for k, v in data.items()}
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"--config {path!r}: unknown keys {unknown}; see --help for the flags")
+    hints = typing.get_type_hints(cls)
+    for name, value in list(data.items()):
+        tp, _ = _base_type(hints[name])
+        if typing.get_origin(tp) is tuple and isinstance(value, list):
+            data[name] = tuple(value)
+    return data
+
+
+def parse_config(
+    cls: type,
+    argv: Sequence[str] | None = None,
+    *,
+    presets: Mapping[str, Mapping[str, Any]] | None = None,
+    description: str | None = None,
+):
+    """Resolve a config from defaults, env presets, ``--config`` YAML and flags.
+
+    Unknown flags and invalid values exit with argparse's one-line error. A ValueError from
+    the config's own validation is reported the same way, before anything is built.
+    """
+    parser = build_parser(cls, description=description)
+    args = vars(parser.parse_args(sys.argv[1:] if argv is None else list(argv)))
+    for name, value in args.items():  # "--hidden 64 64" and "--hidden 64,64" alike
+        if isinstance(value, list):
+            args[name] = tuple(x for part in value for x in part)
+    values: dict[str, Any] = {}
+    if args.get("config"):
+        try:
+            values.update(_load_yaml(args["config"], cls))
+        except (OSError, ValueError) as err:
+            parser.error(str(err))
+    values.update(args)
+    env = values.get("env", next(f.default for f in dataclasses.fields(cls) if f.name == "env"))
+    preset = dict((presets or {}).get(env, {}))
+    # a preset fills only what neither the YAML file nor the command line set
+    resolved = {**preset, **values}
+    try:
+        return cls(**resolved)
+    except (ValueError, TypeError) as err:
+        parser.error(str(err))
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """The config as plain YAML/JSON-safe values (tuples become lists)."""
+    out = {}
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        out[f.name] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def save_config(cfg: Any, path: Path) -> None:
+    path.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))

@@ -1,0 +1,107 @@
+"""Deterministic evaluation episodes and evaluation videos."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+from tensordict import TensorDict
+from torch import nn
+from torchrl.envs.utils import ExplorationType, set_exploration_type
+
+from rlkit import keys
+
+#: Evaluation environments are seeded from here, apart from every training seed.
+EVAL_SEED = 10_000
+
+
+class Evaluator:
+    """Runs ``episodes`` deterministic episodes at once, one per sub-environment.
+
+    Each sub-environment of a ``make_env(env_id, num_envs=episodes)`` batch plays exactly one
+    episode (its first); the mean and standard deviation of those returns are reported.
+    The environment is re-seeded with the same seed at every evaluation, so successive
+    evaluations score policies on the same start states.
+    """
+
+    def __init__(
+        self,
+        env_id: str,
+        *,
+        episodes: int,
+        device: torch.device | str = "cpu",
+        max_steps: int = 100_000,
+    ) -> None:
+        from rlkit.envs import make_env
+
+        if episodes < 1:
+            raise ValueError(f"--eval-episodes must be >= 1, got {episodes}")
+        self.episodes, self.max_steps = episodes, max_steps
+        self.env = make_env(env_id, num_envs=episodes, seed=EVAL_SEED, device=device)
+
+    @torch.no_grad()
+    def __call__(self, policy: nn.Module) -> tuple[float, float]:
+        returns = self.returns(policy)
+        mean = float(returns.mean())
+        std = float(returns.std(unbiased=False)) if returns.numel() > 1 else 0.0
+        return mean, std
+
+    @torch.no_grad()
+    def returns(self, policy: nn.Module) -> torch.Tensor:
+        env, n = self.env, self.episodes
+        env.set_seed(EVAL_SEED)
+        td = env.reset()
+        running = torch.zeros(n, dtype=torch.float64)
+        final = torch.full((n,), math.nan, dtype=torch.float64)
+        finished = torch.zeros(n, dtype=torch.bool)
+        with set_exploration_type(ExplorationType.DETERMINISTIC):
+            for _ in range(self.max_steps):
+                td = policy(td)
+                td, td_next = env.step_and_maybe_reset(td)
+                reward = td.get(keys.REWARD).reshape(n).double().cpu()
+                done = td.get(keys.DONE).reshape(n).cpu()
+                running += torch.where(finished, 0.0, reward)
+                newly = done & ~finished
+                final[newly] = running[newly]
+                finished |= done
+                if finished.all():
+                    break
+                td = td_next
+        if not finished.all():
+            raise RuntimeError(
+                f"evaluation episodes did not end within {self.max_steps} steps: the "
+                "environment needs a time limit (max_episode_steps)"
+            )
+        return final
+
+
+@torch.no_grad()
+def record_gif(
+    env_id: str, policy: nn.Module, path: Path, *, max_frames: int = 1000, fps: int = 30
+) -> Path | None:
+    """Render one deterministic episode to an animated GIF (frames from ``rgb_array``)."""
+    import gymnasium as gym
+    from PIL import Image
+
+    env = gym.make(env_id, render_mode="rgb_array")
+    obs, _ = env.reset(seed=EVAL_SEED)
+    device = next(iter(policy.parameters())).device
+    frames = []
+    with set_exploration_type(ExplorationType.DETERMINISTIC):
+        for _ in range(max_frames):
+            frames.append(Image.fromarray(env.render()))
+            td = TensorDict(
+                {keys.OBSERVATION: torch.as_tensor(obs, dtype=torch.float32, device=device)[None]},
+                batch_size=[1],
+            )
+            action = policy(td).get(keys.ACTION)[0].cpu().numpy()
+            obs, _, terminated, truncated, _ = env.step(action)
+            if terminated or truncated:
+                break
+    env.close()
+    if not frames:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frames[0].save(path, save_all=True, append_images=frames[1:], duration=int(1000 / fps), loop=0)
+    return path

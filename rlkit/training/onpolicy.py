@@ -1,0 +1,261 @@
+"""On-policy learners: a value estimator, then epochs x minibatches of a loss.
+
+PPO, A2C and their relatives share this update; they differ in the loss module and in
+defaults. The algorithm's maths lives in the loss and the estimator; this file only orders
+the steps, applies schedules and averages diagnostics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+from torch import nn
+
+from rlkit import keys
+from rlkit.data.minibatch import minibatch_indices
+from rlkit.training import schedules
+from rlkit.training.config import TrainConfig, in_unit_interval, non_negative, positive
+from rlkit.training.engine import Context, Learner
+
+
+def _help(text: str, **kw: Any) -> dict[str, Any]:
+    return {"help": text, **kw}
+
+
+@dataclass(frozen=True)
+class OnPolicyConfig(TrainConfig):
+    """Flags shared by on-policy recipes (PPO, A2C and relatives)."""
+
+    rollout_steps: int = field(default=32, metadata=_help("steps per env per batch"))
+    epochs: int = field(default=10, metadata=_help("passes over each batch"))
+    minibatch_size: int = field(default=256, metadata=_help("samples per gradient step"))
+    lr: float = field(default=3e-4, metadata=_help("learning rate (initial, when scheduled)"))
+    lr_schedule: str = field(
+        default="constant",
+        metadata=_help(
+            "constant, linear (to --lr-final) or kl (adaptive from --kl-target)",
+            choices=("constant", "linear", "kl"),
+        ),
+    )
+    lr_final: float = field(
+        default=0.0, metadata=_help("final learning rate of --lr-schedule linear")
+    )
+    kl_target: float = field(default=0.01, metadata=_help("KL target of --lr-schedule kl"))
+    optimizer: str = field(
+        default="adam", metadata=_help("adam or rmsprop", choices=("adam", "rmsprop"))
+    )
+    adam_eps: float = field(default=1e-5, metadata=_help("optimizer epsilon"))
+    gamma: float = field(default=0.99, metadata=_help("discount factor"))
+    gae_lambda: float = field(default=0.95, metadata=_help("GAE lambda"))
+    entropy_coef: float = field(default=0.0, metadata=_help("entropy bonus coefficient"))
+    entropy_coef_final: float | None = field(
+        default=None, metadata=_help("final entropy coefficient (linear schedule); none: constant")
+    )
+    value_coef: float = field(default=0.5, metadata=_help("value loss coefficient"))
+    max_grad_norm: float = field(default=0.5, metadata=_help("gradient clipping norm (0: off)"))
+    normalize_advantage: bool = field(
+        default=True, metadata=_help("standardise advantages per minibatch")
+    )
+    normalize_obs: bool = field(default=False, metadata=_help("running observation normalisation"))
+    hidden: tuple[int, ...] = field(
+        default=(64, 64), metadata=_help("hidden layer sizes, e.g. '64 64'")
+    )
+    activation: str = field(
+        default="tanh", metadata=_help("tanh or relu", choices=("tanh", "relu"))
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        positive(self, "rollout_steps", "epochs", "minibatch_size", "lr", "adam_eps")
+        non_negative(self, "lr_final", "entropy_coef", "value_coef", "max_grad_norm")
+        in_unit_interval(self, "gamma", "gae_lambda")
+        if self.minibatch_size > self.batch_size:
+            raise ValueError(
+                f"--minibatch-size {self.minibatch_size} is larger than the batch "
+                f"(--num-envs {self.num_envs} x --rollout-steps {self.rollout_steps} = "
+                f"{self.batch_size}): lower it or collect more per batch"
+            )
+        if self.lr_schedule == "kl" and self.kl_target <= 0:
+            raise ValueError(f"--kl-target must be > 0, got {self.kl_target}")
+        if not self.hidden or any(h <= 0 for h in self.hidden):
+            raise ValueError(f"--hidden needs positive layer sizes, got {self.hidden}")
+
+    @property
+    def batch_size(self) -> int:
+        """Samples per collected batch on one rank."""
+        return self.num_envs * self.rollout_steps
+
+
+def make_optimizer(cfg: OnPolicyConfig, params) -> torch.optim.Optimizer:
+    params = list(params)
+    if cfg.optimizer == "rmsprop":
+        return torch.optim.RMSprop(params, lr=cfg.lr, eps=cfg.adam_eps, alpha=0.99)
+    return torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps)
+
+
+class _Mean:
+    """Averages detached scalar diagnostics without a device sync per step."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, torch.Tensor] = {}
+        self.n = 0
+
+    def add(self, values: Mapping[str, torch.Tensor | float]) -> None:
+        for k, v in values.items():
+            v = v.detach().float() if isinstance(v, torch.Tensor) else torch.tensor(float(v))
+            self.sums[k] = self.sums[k] + v if k in self.sums else v
+        self.n += 1
+
+    def result(self) -> dict[str, float]:
+        if not self.sums:
+            return {}
+        names = list(self.sums)
+        values = torch.stack([self.sums[k].reshape(()) for k in names]).div(self.n).tolist()
+        return dict(zip(names, values))
+
+
+class PolicyGradientLearner(Learner):
+    """Estimator, then ``epochs`` x minibatches of ``loss``; schedules applied per batch.
+
+    Args:
+        algo: the algorithm's name (written in checkpoints and summaries).
+        actor: the policy (a TorchRL ``ProbabilisticActor`` writing ``action_log_prob``).
+        critic: the V network writing ``state_value``.
+        estimator: writes ``advantage`` and ``value_target`` (e.g. ``rlkit.value.GAE``).
+        loss: returns ``loss_*`` terms.
+        cfg: an :class:`OnPolicyConfig`.
+        loss_schedules: loss attributes annealed linearly over the frame budget,
+            ``{"clip_epsilon": (0.2, 0.0)}``; ``entropy_coef`` is added from the config when
+            ``--entropy-coef-final`` is set.
+        obs_norm: running observation statistics inside the networks, updated after each
+            batch's gradient steps (so a batch is scored with the statistics it was
+            collected with), merged across ranks.
+    """
+
+    def __init__(
+        self,
+        *,
+        algo: str,
+        actor: nn.Module,
+        critic: nn.Module,
+        estimator: nn.Module,
+        loss: nn.Module,
+        cfg: OnPolicyConfig,
+        obs_norm: nn.Module | None = None,
+        loss_schedules: Mapping[str, tuple[float, float]] | None = None,
+    ) -> None:
+        self.algo = algo
+        self.loss_schedules = dict(loss_schedules or {})
+        if cfg.entropy_coef_final is not None:
+            self.loss_schedules["entropy_coef"] = (cfg.entropy_coef, cfg.entropy_coef_final)
+        self.actor, self.critic, self.estimator, self.loss = actor, critic, estimator, loss
+        self.cfg, self.obs_norm = cfg, obs_norm
+        self.nets = nn.ModuleDict({"actor": actor, "critic": critic})
+        if obs_norm is not None:
+            self.nets["obs_norm"] = obs_norm
+        params = {id(p): p for p in self.nets.parameters()}.values()  # shared trunks once
+        self.optimizer = make_optimizer(cfg, params)
+        self.kl_lr = (
+            schedules.KLAdaptiveLR(lr=cfg.lr, target=cfg.kl_target, lr_max=max(cfg.lr * 10, 1e-2))
+            if cfg.lr_schedule == "kl"
+            else None
+        )
+
+    # ---------------------------------------------------------------- Learner interface
+    def modules(self) -> dict[str, nn.Module]:
+        return dict(self.nets.items())
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"optimizer": self.optimizer}
+
+    @property
+    def frames_per_batch(self) -> int:
+        return self.cfg.batch_size
+
+    def collect_policy(self) -> nn.Module:
+        return self.actor
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"kl_lr": self.kl_lr.state_dict()} if self.kl_lr else {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if self.kl_lr and "kl_lr" in state:
+            self.kl_lr.load_state_dict(state["kl_lr"])
+
+    # ---------------------------------------------------------------- the update
+    def apply_schedules(self, progress: float) -> dict[str, float]:
+        cfg = self.cfg
+        if cfg.lr_schedule == "linear":
+            lr = schedules.linear(cfg.lr, cfg.lr_final, progress)
+        elif self.kl_lr is not None:
+            lr = self.kl_lr.lr
+        else:
+            lr = cfg.lr
+        schedules.set_lr(self.optimizer, lr)
+        out = {"lr": lr}
+        for name, (start, end) in self.loss_schedules.items():
+            # a coefficient annealed to 0 stays just above it so validation holds
+            value = schedules.linear(start, end, progress)
+            setattr(self.loss, name, max(value, 1e-8) if start > 0 else value)
+            out[name] = value
+        return out
+
+    def update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
+        cfg = self.cfg
+        sched = self.apply_schedules(ctx.progress)
+        with torch.no_grad():
+            self.estimator(batch)
+        flat = batch.reshape(-1)
+        stats = _Mean()
+        for _ in range(cfg.epochs):
+            for idx in minibatch_indices(
+                flat.shape[0], cfg.minibatch_size, generator=ctx.generator
+            ):
+                out = self.loss(flat[idx])
+                total = sum(v for k, v in out.items() if k.startswith("loss_"))
+                grad_norm = ctx.optimize(total, self.optimizer, max_grad_norm=cfg.max_grad_norm)
+                stats.add({k: v for k, v in out.items() if v.numel() == 1})
+                stats.add({"grad_norm": grad_norm})
+        result = stats.result()
+        if self.kl_lr is not None and "approx_kl" in result:
+            kl = ctx.all_reduce_mean(torch.tensor(result["approx_kl"]))
+            self.kl_lr.update(float(kl))
+        if self.obs_norm is not None:
+            # every rank merges all ranks' observations, so statistics stay identical
+            self.obs_norm.update(ctx.all_gather(batch.get(keys.OBSERVATION)))
+        return result | sched
+
+
+class Normalize(nn.Module):
+    """``(x - mean) / std`` clipped to +-``clip``, with statistics from a shared
+    ``RunningMeanStd`` (updated by the learner, not by this forward)."""
+
+    def __init__(self, stats: nn.Module, *, clip: float = 10.0) -> None:
+        super().__init__()
+        self.stats, self.clip = stats, clip
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.stats.normalize(x, clip=self.clip)
+
+
+def build_actor_critic(cfg: OnPolicyConfig, env) -> tuple[nn.Module, nn.Module, nn.Module | None]:
+    """Separate actor and V critic sized from ``env``'s specs, sharing an optional observation
+    normaliser that sits first in both networks."""
+    from rlkit.modules import make_actor, make_value
+
+    obs_spec, act_spec = env.observation_spec, env.action_spec
+    obs_norm = backbone = in_features = None
+    if cfg.normalize_obs:
+        from rlkit.modules.normalization import RunningMeanStd
+
+        shape = obs_spec[keys.OBSERVATION].shape[len(env.batch_size) :]
+        obs_norm = RunningMeanStd(shape)
+        backbone, in_features = Normalize(obs_norm), int(torch.Size(shape).numel())
+    net = dict(hidden=cfg.hidden, activation=cfg.activation)
+    actor = make_actor(obs_spec, act_spec, backbone=backbone, in_features=in_features, **net)
+    critic = make_value(obs_spec, backbone=backbone, in_features=in_features, **net)
+    return actor, critic, obs_norm

@@ -1,0 +1,226 @@
+"""The engine end to end on tiny budgets: files, counters, resume, warm start, bad input, NaN."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from rlkit.training import CheckpointError, NonFiniteError
+from rlkit.training import checkpoint as ckpt
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_recipe(name: str):
+    spec = importlib.util.spec_from_file_location(f"recipe_{name}", ROOT / "recipes" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def ppo():
+    return load_recipe("ppo")
+
+
+TINY = ["--num-envs", "4", "--rollout-steps", "16", "--minibatch-size", "32", "--epochs", "2"]
+QUIET = ["--progress", "false", "--eval-episodes", "2"]
+
+
+def test_run_writes_every_artifact_and_counts_frames(ppo, tmp_path):
+    run_dir = tmp_path / "run"
+    summary = ppo.main(
+        [
+            *TINY,
+            *QUIET,
+            "--total-frames",
+            "256",
+            "--eval-every",
+            "128",
+            "--checkpoint-every",
+            "128",
+            "--run-dir",
+            str(run_dir),
+        ]
+    )
+    assert summary["frames"] == 256  # 4 batches of 4 x 16
+    for name in ("config.yaml", "metrics.csv", "eval.csv", "summary.json", "curve.png"):
+        assert (run_dir / name).is_file(), name
+    on_disk = json.loads((run_dir / "summary.json").read_text())
+    assert on_disk["frames"] == 256 and on_disk["algo"] == "ppo"
+    for key in (
+        "train_seconds",
+        "fps",
+        "eval_return_mean",
+        "eval_return_std",
+        "solved",
+        "solved_frames",
+        "solved_seconds",
+        "config",
+        "env",
+        "seed",
+    ):
+        assert key in on_disk
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["total_frames"] == 256
+    checkpoints = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert checkpoints == ["frames_000000000128.pt", "frames_000000000256.pt", "last.pt"]
+    evals = (run_dir / "eval.csv").read_text().splitlines()
+    assert [line.split(",")[0] for line in evals[1:]] == ["128", "256"]
+    payload = ckpt.load(run_dir / "checkpoints" / "last.pt")
+    assert payload["counters"]["frames"] == 256
+    # loadable with weights_only=True: only tensors and plain containers inside
+    torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
+
+
+def test_same_seed_same_result(ppo, tmp_path):
+    args = [*TINY, *QUIET, "--total-frames", "192", "--eval-every", "0"]
+    a = ppo.main([*args, "--run-dir", str(tmp_path / "a")])
+    b = ppo.main([*args, "--run-dir", str(tmp_path / "b")])
+    pa = ckpt.load(tmp_path / "a" / "checkpoints" / "last.pt")["modules"]["actor"]
+    pb = ckpt.load(tmp_path / "b" / "checkpoints" / "last.pt")["modules"]["actor"]
+    assert all(torch.equal(pa[k], pb[k]) for k in pa)
+    assert a["eval_return_mean"] == b["eval_return_mean"]
+
+
+def test_resume_continues_frames_and_schedules(ppo, tmp_path):
+    run_dir = tmp_path / "run"
+    common = [
+        *TINY,
+        *QUIET,
+        "--run-dir",
+        str(run_dir),
+        "--eval-every",
+        "0",
+        "--lr-schedule",
+        "linear",
+        "--lr",
+        "0.001",
+        "--lr-final",
+        "0.0",
+    ]
+    ppo.main([*common, "--total-frames", "128", "--checkpoint-every", "64"])
+    first = ckpt.load(run_dir / "checkpoints" / "last.pt")
+    assert first["counters"]["frames"] == 128
+    summary = ppo.main([*common, "--total-frames", "256", "--resume", "last"])
+    assert summary["frames"] == 256
+    rows = [line.split(",") for line in (run_dir / "metrics.csv").read_text().splitlines()]
+    header, body = rows[0], rows[1:]
+    frames = [int(r[header.index("frames")]) for r in body]
+    assert frames == sorted(set(frames)), "a frame count appears twice or out of order"
+    assert frames[-1] == 256
+    # the linear schedule continued from its position: lr at 192 frames is 1e-3 * (1 - 128/256)
+    lr = {int(r[header.index("frames")]): float(r[header.index("lr")]) for r in body}
+    assert math.isclose(lr[192], 1e-3 * (1 - 128 / 256), rel_tol=1e-6)
+
+
+def test_warm_start_copies_weights_only(ppo, tmp_path):
+    src = tmp_path / "src"
+    ppo.main([*TINY, *QUIET, "--total-frames", "64", "--eval-every", "0", "--run-dir", str(src)])
+    source = ckpt.load(src / "checkpoints" / "last.pt")
+    dst = tmp_path / "dst"
+    summary = ppo.main(
+        [
+            *TINY,
+            *QUIET,
+            "--total-frames",
+            "64",
+            "--eval-every",
+            "0",
+            "--run-dir",
+            str(dst),
+            "--init-from",
+            str(src / "checkpoints" / "last.pt"),
+            "--lr",
+            "1e-12",
+            "--lr-schedule",
+            "constant",
+        ]
+    )
+    assert summary["frames"] == 64  # the counter did not come from the checkpoint
+    after = ckpt.load(dst / "checkpoints" / "last.pt")["modules"]["actor"]
+    before = source["modules"]["actor"]
+    assert all(torch.allclose(after[k], before[k], atol=1e-6) for k in before)
+
+
+def test_unknown_env_id_is_named(ppo, tmp_path):
+    with pytest.raises(ValueError, match="did you mean 'CartPole-v1'"):
+        ppo.main(["--env", "CartPol-v1", "--run-dir", str(tmp_path)])
+
+
+def test_resume_from_corrupt_or_missing_or_mismatched_checkpoint(ppo, tmp_path):
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match="corrupt"):
+        ppo.main([*TINY, *QUIET, "--resume", str(bad), "--run-dir", str(tmp_path / "r")])
+    with pytest.raises(CheckpointError, match="does not exist"):
+        ppo.main([*TINY, *QUIET, "--resume", str(tmp_path / "no.pt"), "--run-dir", str(tmp_path)])
+    src = tmp_path / "src"
+    ppo.main([*TINY, *QUIET, "--total-frames", "64", "--eval-every", "0", "--run-dir", str(src)])
+    with pytest.raises(CheckpointError, match="does not fit module"):
+        ppo.main(
+            [
+                *TINY,
+                *QUIET,
+                "--hidden",
+                "32",
+                "--run-dir",
+                str(tmp_path / "x"),
+                "--resume",
+                str(src / "checkpoints" / "last.pt"),
+            ]
+        )
+
+
+def test_resume_last_needs_run_dir(ppo):
+    with pytest.raises(ValueError, match="--resume last needs --run-dir"):
+        ppo.main([*TINY, *QUIET, "--resume", "last"])
+
+
+def test_nan_stops_the_run_and_keeps_the_last_good_checkpoint(ppo, tmp_path, monkeypatch):
+    from rlkit.objectives import PPOLoss
+
+    run_dir = tmp_path / "run"
+    forward = PPOLoss.forward
+    calls = {"n": 0}
+
+    def poisoned(self, td):
+        out = forward(self, td)
+        calls["n"] += 1
+        if calls["n"] > 12:  # after the first checkpoint (2 batches x 2 epochs x 2 minibatches)
+            out["loss_policy"] = out["loss_policy"] * float("nan")
+        return out
+
+    monkeypatch.setattr(PPOLoss, "forward", poisoned)
+    with pytest.raises(NonFiniteError, match="last good checkpoint .* is intact"):
+        ppo.main(
+            [
+                *TINY,
+                *QUIET,
+                "--total-frames",
+                "640",
+                "--eval-every",
+                "0",
+                "--checkpoint-every",
+                "128",
+                "--run-dir",
+                str(run_dir),
+            ]
+        )
+    payload = ckpt.load(run_dir / "checkpoints" / "last.pt")
+    assert payload["counters"]["frames"] == 128
+    assert ckpt.all_finite({"a": _state_module(payload["modules"]["actor"])})
+
+
+def _state_module(state):
+    module = torch.nn.Module()
+    for i, (k, v) in enumerate(state.items()):
+        module.register_buffer(f"b{i}", v.clone())
+    return module

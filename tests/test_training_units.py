@@ -1,0 +1,240 @@
+"""Unit tests of the training layer's small parts: config, checkpoints, schedules, logs."""
+
+from __future__ import annotations
+
+import csv
+import os
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from rlkit.data.minibatch import minibatch_indices
+from rlkit.training import checkpoint as ckpt
+from rlkit.training import schedules
+from rlkit.training.config import TrainConfig, parse_config
+from rlkit.training.onpolicy import OnPolicyConfig
+from rlkit.training.runlog import CsvLog
+
+
+@dataclass(frozen=True)
+class _Cfg(OnPolicyConfig):
+    extra: float = field(default=1.5, metadata={"help": "an extra flag"})
+
+
+# ------------------------------------------------------------------------------ config
+def test_flags_override_defaults_and_types_are_parsed():
+    cfg = parse_config(_Cfg, ["--lr", "0.01", "--hidden", "32", "16", "--normalize-obs", "true"])
+    assert cfg.lr == 0.01 and isinstance(cfg.lr, float)
+    assert cfg.hidden == (32, 16)
+    assert cfg.normalize_obs is True
+    assert cfg.extra == 1.5
+    assert parse_config(_Cfg, ["--target-return", "none"]).target_return is None
+
+
+def test_bare_bool_flag_means_true():
+    assert parse_config(_Cfg, ["--video"]).video is True
+    assert parse_config(_Cfg, ["--video", "false"]).video is False
+
+
+def test_yaml_then_flags_then_presets_precedence(tmp_path):
+    file = tmp_path / "c.yaml"
+    file.write_text("lr: 0.002\nepochs: 3\nhidden: [8, 8]\n")
+    presets = {"CartPole-v1": {"lr": 0.5, "epochs": 7, "minibatch_size": 64}}
+    cfg = parse_config(_Cfg, ["--config", str(file), "--epochs", "5"], presets=presets)
+    assert cfg.lr == 0.002  # YAML beats the preset
+    assert cfg.epochs == 5  # the flag beats YAML
+    assert cfg.minibatch_size == 64  # the preset beats the default
+    assert cfg.hidden == (8, 8)
+
+
+def test_preset_applies_only_to_its_env():
+    presets = {"Pendulum-v1": {"lr": 0.5}}
+    assert parse_config(_Cfg, [], presets=presets).lr == _Cfg.lr
+    assert parse_config(_Cfg, ["--env", "Pendulum-v1"], presets=presets).lr == 0.5
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--minibatch-size", "100000"], "larger than the batch"),
+        (["--num-envs", "0"], "--num-envs must be > 0"),
+        (["--total-frames", "-5"], "--total-frames must be > 0"),
+        (["--gamma", "1.5"], "--gamma must be in"),
+        (["--strategy", "fsdp"], "not supported"),
+        (["--devices", "two"], "devices must be"),
+        (["--lr", "abc"], "expected float"),
+        (["--no-such-flag", "1"], "unrecognized arguments"),
+        (["--hidden", "0"], "--hidden needs positive"),
+    ],
+)
+def test_bad_flags_exit_with_a_one_line_message(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse_config(_Cfg, argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err
+
+
+def test_bad_yaml_key_is_named(tmp_path, capsys):
+    file = tmp_path / "c.yaml"
+    file.write_text("lrr: 0.1\n")
+    with pytest.raises(SystemExit):
+        parse_config(_Cfg, ["--config", str(file)])
+    assert "unknown keys ['lrr']" in capsys.readouterr().err
+
+
+def test_missing_yaml_is_named(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        parse_config(_Cfg, ["--config", str(tmp_path / "nope.yaml")])
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_help_lists_every_field(capsys):
+    with pytest.raises(SystemExit):
+        parse_config(_Cfg, ["--help"])
+    out = capsys.readouterr().out
+    for name in ("--env", "--total-frames", "--resume", "--strategy", "--extra", "--lr"):
+        assert name in out
+    assert "an extra flag" in out
+
+
+def test_base_config_is_valid_by_default():
+    assert TrainConfig().env == "CartPole-v1"
+
+
+# ------------------------------------------------------------------------------ checkpoints
+def test_atomic_save_never_leaves_a_partial_file(tmp_path, monkeypatch):
+    path = tmp_path / "ck" / "last.pt"
+    ckpt.atomic_save({"format": ckpt.FORMAT, "v": torch.ones(3)}, path)
+
+    def broken_replace(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(OSError):
+        ckpt.atomic_save({"format": ckpt.FORMAT, "v": torch.zeros(3)}, path)
+    monkeypatch.undo()
+    assert torch.equal(ckpt.load(path)["v"], torch.ones(3))  # old file intact
+    assert [p.name for p in path.parent.iterdir()] == ["last.pt"]  # no temp file left
+
+
+def test_load_rejects_missing_corrupt_and_foreign_files(tmp_path):
+    with pytest.raises(ckpt.CheckpointError, match="does not exist"):
+        ckpt.load(tmp_path / "nope.pt")
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"\x00garbage" * 10)
+    with pytest.raises(ckpt.CheckpointError, match="corrupt"):
+        ckpt.load(bad)
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"weights": torch.ones(2)}, foreign)
+    with pytest.raises(ckpt.CheckpointError, match="not an rlkit checkpoint"):
+        ckpt.load(foreign)
+
+
+class _Evil:
+    def __reduce__(self):
+        return (os.system, ("echo pwned > /dev/null",))
+
+
+def test_load_never_executes_code(tmp_path):
+    evil = tmp_path / "evil.pt"
+    torch.save({"format": ckpt.FORMAT, "x": _Evil()}, evil)
+    with pytest.raises(ckpt.CheckpointError, match="corrupt or not a safe"):
+        ckpt.load(evil)
+
+
+def test_truncated_checkpoint_is_reported(tmp_path):
+    path = tmp_path / "t.pt"
+    ckpt.atomic_save({"format": ckpt.FORMAT, "w": torch.randn(1000)}, path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ckpt.CheckpointError, match="corrupt"):
+        ckpt.load(path)
+
+
+def test_algo_and_shape_mismatch_messages(tmp_path):
+    with pytest.raises(ckpt.CheckpointError, match="written by algorithm 'dqn'"):
+        ckpt.check_compatible({"algo": "dqn"}, algo="ppo", path="x.pt")
+    small, big = nn.Linear(4, 2), nn.Linear(8, 2)
+    with pytest.raises(ckpt.CheckpointError, match=r"shape mismatch.*weight"):
+        ckpt.load_module_state(big, small.state_dict(), name="actor", path="x.pt")
+
+
+def test_rng_state_round_trip_through_a_safe_checkpoint(tmp_path):
+    torch.manual_seed(1)
+    np.random.seed(2)
+    random.seed(3)
+    path = tmp_path / "rng.pt"
+    ckpt.atomic_save({"format": ckpt.FORMAT, "rng": ckpt.rng_state()}, path)
+    expected = (torch.rand(3), np.random.rand(3), random.random())
+    ckpt.set_rng_state(ckpt.load(path)["rng"])
+    assert torch.equal(torch.rand(3), expected[0])
+    assert np.array_equal(np.random.rand(3), expected[1])
+    assert random.random() == expected[2]
+
+
+def test_all_finite_detects_nan():
+    m = nn.Linear(2, 2)
+    assert ckpt.all_finite({"m": m})
+    with torch.no_grad():
+        m.weight[0, 0] = float("nan")
+    assert not ckpt.all_finite({"m": m})
+
+
+# ------------------------------------------------------------------------------ schedules
+def test_linear_schedule_endpoints_and_midpoint():
+    assert schedules.linear(1.0, 0.0, 0.0) == 1.0
+    assert schedules.linear(1.0, 0.0, 0.25) == 0.75
+    assert schedules.linear(1.0, 0.0, 2.0) == 0.0
+
+
+def test_kl_adaptive_rule_against_hand_trace():
+    s = schedules.KLAdaptiveLR(lr=1e-3, target=0.01)
+    assert s.update(0.03) == pytest.approx(1e-3 / 1.5)  # kl > 2 * target: decrease
+    assert s.update(0.01) == pytest.approx(1e-3 / 1.5)  # in band: unchanged
+    assert s.update(0.001) == pytest.approx(1e-3)  # kl < target / 2: increase
+    s2 = schedules.KLAdaptiveLR(lr=1e-3, target=0.01)
+    s2.load_state_dict(s.state_dict())
+    assert s2.lr == s.lr
+    with pytest.raises(ValueError, match="kl-target"):
+        schedules.KLAdaptiveLR(lr=1e-3, target=0.0)
+
+
+# ------------------------------------------------------------------------------ minibatches
+def test_minibatches_partition_the_batch():
+    idx = minibatch_indices(10, 4, generator=torch.Generator().manual_seed(0))
+    assert [len(i) for i in idx] == [4, 4, 2]
+    assert sorted(torch.cat(idx).tolist()) == list(range(10))
+    with pytest.raises(ValueError, match="larger than the batch"):
+        minibatch_indices(10, 11)
+
+
+# ------------------------------------------------------------------------------ logs
+def test_csv_log_grows_header_and_truncates_on_resume(tmp_path):
+    path = tmp_path / "m.csv"
+    log = CsvLog(path)
+    log.write({"frames": 10, "a": 1.0})
+    log.write({"frames": 20, "a": 2.0, "b": 5.0})
+    log.write({"frames": 30, "a": 3.0})
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    assert [r["frames"] for r in rows] == ["10", "20", "30"]
+    assert rows[0]["b"] == "" and rows[1]["b"] == "5.0"
+    resumed = CsvLog(path, resume_frames=20)
+    resumed.write({"frames": 25, "a": 9.0})
+    assert [r["frames"] for r in resumed.read()] == ["10", "20", "25"]
+
+
+def test_plot_curve_writes_png(tmp_path):
+    from rlkit.training.runlog import plot_curve
+
+    CsvLog(tmp_path / "eval.csv").write(
+        {"frames": 1, "train_seconds": 0.1, "return_mean": 1.0, "return_std": 0.5}
+    )
+    out = plot_curve(Path(tmp_path), title="t")
+    assert out is not None and out.read_bytes()[:4] == b"\x89PNG"
