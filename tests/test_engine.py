@@ -221,6 +221,6 @@ def test_nan_stops_the_run_and_keeps_the_last_good_checkpoint(ppo, tmp_path, mon
 
 def _state_module(state):
     module = torch.nn.Module()
-    for i, (k, v) in enumerate(state.items()):
+    for i, v in enumerate(state.values()):
         module.register_buffer(f"b{i}", v.clone())
     return module

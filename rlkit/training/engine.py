@@ -174,8 +174,8 @@ class Context:
         norm_value = float(norm)
         if not math.isfinite(norm_value):
             raise NonFiniteError(
-                f"non-finite loss or gradient (loss {float(loss.detach()):.4g}, gradient norm {norm_value}) "
-                f"at {self.counters.frames:,} frames"
+                f"non-finite loss or gradient (loss {float(loss.detach()):.4g}, gradient norm "
+                f"{norm_value}) at {self.counters.frames:,} frames"
             )
         optimizer.step()
         self.counters.updates += 1
