@@ -49,6 +49,9 @@ STATE_ACTION_VALUE = "state_action_value"
 
 ADVANTAGE = "advantage"
 VALUE_TARGET = "value_target"
+#: Raw (unclipped) importance ratio pi(a|s) / mu(a|s) at the stored action, ``[*, 1]``,
+#: written by ``rlkit.value.VTrace``.
+VTRACE_RHO = "vtrace_rho"
 
 NEXT = "next"
 REWARD = (NEXT, "reward")

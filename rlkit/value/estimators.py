@@ -49,7 +49,7 @@ __all__ = ["GAE", "TDLambda", "VTrace", "VTRACE_RHO"]
 #: Key :class:`VTrace` writes: the raw (unclipped) importance ratio
 #: :math:`\rho_t = \pi(a_t|x_t) / \mu(a_t|x_t)` at the stored action, shape ``[..., T, 1]``.
 #: On on-policy data it is 1. (To be moved to :mod:`rlkit.keys`.)
-VTRACE_RHO = "vtrace_rho"
+VTRACE_RHO = keys.VTRACE_RHO
 
 _FROM_ENV = "the environment/collector writes it"
 _WRITERS: dict[object, str] = {

@@ -1,0 +1,20 @@
+"""The keys page documents every key constant, with the same value."""
+
+from pathlib import Path
+
+from rlkit import keys
+
+DOC = (Path(__file__).resolve().parents[1] / "docs" / "keys.md").read_text()
+
+
+def test_every_key_constant_is_documented_with_its_value():
+    constants = {
+        name: value
+        for name, value in vars(keys).items()
+        if name.isupper() and not name.endswith("_NAME") and name not in ("NEXT",)
+    }
+    assert len(constants) >= 15
+    for name, value in constants.items():
+        assert f"`{name}`" in DOC, name
+        shown = f'"{value}"' if isinstance(value, str) else "(" + ", ".join(f'"{v}"' for v in value) + ")"
+        assert shown in DOC, (name, shown)
