@@ -1,0 +1,240 @@
+"""RunningMeanStd, ObservationNorm and RewardNorm against numpy and hand computations."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+from tensordict import TensorDict
+from torchrl.envs import VecNormV2
+
+from rlkit import keys
+from rlkit.envs import get_obs_norm, make_env
+from rlkit.modules.normalization import ObservationNorm, RewardNorm, RunningMeanStd
+
+RNG = np.random.default_rng(0)
+# uneven batches, far from zero mean and unit variance, one of them a single sample
+BATCHES = [RNG.normal(5.0, 3.0, size=(n, 3)) for n in (7, 1, 30, 12)]
+
+
+def _with_prior(data: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and (population) variance of ``eps`` pseudo-samples N(0, 1) pooled with data."""
+    n, m = len(data), data.mean(0)
+    return m * n / (n + eps), (eps + n * data.var(0) + m**2 * eps * n / (n + eps)) / (n + eps)
+
+
+def _fed(batches, *, epsilon=1e-4) -> RunningMeanStd:
+    rms = RunningMeanStd((3,), epsilon=epsilon)
+    for b in batches:
+        rms.update(torch.as_tensor(b, dtype=torch.float32 if epsilon else torch.float64))
+    return rms
+
+
+def test_update_equals_numpy_over_concatenation():
+    data = np.concatenate(BATCHES)
+    exact = _fed(BATCHES, epsilon=0.0)
+    np.testing.assert_allclose(exact.mean.numpy(), data.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(exact.var.numpy(), data.var(0), rtol=1e-12)
+    assert exact.count.item() == len(data)
+    # default prior: 1e-4 pseudo-samples with mean 0, variance 1 (data fed as float32)
+    rms = _fed(BATCHES)
+    data32 = np.concatenate([b.astype(np.float32) for b in BATCHES]).astype(np.float64)
+    mean, var = _with_prior(data32, 1e-4)
+    np.testing.assert_allclose(rms.mean.numpy(), mean, rtol=1e-12)
+    np.testing.assert_allclose(rms.var.numpy(), var, rtol=1e-12)
+    assert rms.mean.dtype == torch.float64
+
+
+def test_update_flattens_leading_dims_and_checks_shape():
+    data = torch.as_tensor(RNG.normal(size=(2, 5, 3)))
+    rms = RunningMeanStd((3,), epsilon=0.0)
+    rms.update(data)
+    np.testing.assert_allclose(rms.mean.numpy(), data.reshape(-1, 3).mean(0).numpy())
+    with pytest.raises(ValueError, match=r"samples of shape \(3,\) .* shape \(5, 2\)"):
+        rms.update(torch.zeros(5, 2))
+    with pytest.raises(ValueError, match="epsilon must be >= 0"):
+        RunningMeanStd((3,), epsilon=-1.0)
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 1e-4])
+def test_merge_of_two_workers_equals_one_over_all_data(epsilon):
+    one = _fed(BATCHES, epsilon=epsilon)
+    worker_a, worker_b = _fed(BATCHES[:2], epsilon=epsilon), _fed(BATCHES[2:], epsilon=epsilon)
+    worker_a.merge_(worker_b)  # the prior is counted once, not twice
+    for name in ("mean", "var", "count"):
+        torch.testing.assert_close(getattr(worker_a, name), getattr(one, name), rtol=1e-12, atol=0)
+
+
+def test_merge_raw_statistics_as_mapping_or_tuple():
+    data = np.concatenate(BATCHES)
+    head, tail = data[:10], data[10:]
+    stats = {"mean": tail.mean(0), "var": tail.var(0), "count": len(tail)}
+    for other in (stats, (stats["mean"], stats["var"], stats["count"])):
+        rms = RunningMeanStd((3,), epsilon=0.0)
+        rms.update(torch.as_tensor(head))
+        rms.merge_(other)
+        np.testing.assert_allclose(rms.mean.numpy(), data.mean(0), rtol=1e-12)
+        np.testing.assert_allclose(rms.var.numpy(), data.var(0), rtol=1e-12)
+    with pytest.raises(ValueError, match=r"cannot merge into a RunningMeanStd of shape \(3,\)"):
+        rms.merge_({"mean": np.zeros(2), "var": np.ones(2), "count": 1})
+
+
+def test_state_dict_round_trip_through_a_checkpoint():
+    rms = _fed(BATCHES)
+    buffer = io.BytesIO()
+    torch.save(rms.state_dict(), buffer)
+    buffer.seek(0)
+    state = torch.load(buffer, weights_only=True)
+    assert set(state) == {"mean", "var", "count"}
+    restored = RunningMeanStd((3,))
+    restored.load_state_dict(state)
+    for name in ("mean", "var", "count"):
+        assert torch.equal(getattr(restored, name), getattr(rms, name))
+
+
+def test_sync_from_copies_values_not_a_link():
+    source, target = _fed(BATCHES), RunningMeanStd((3,))
+    target.sync_from(source)
+    for name in ("mean", "var", "count"):
+        assert torch.equal(getattr(target, name), getattr(source, name))
+    source.update(torch.ones(4, 3))
+    assert not torch.equal(target.count, source.count)
+    norm_a, norm_b = ObservationNorm(3, stats=source), ObservationNorm(3)
+    norm_b.sync_from(norm_a)
+    assert torch.equal(norm_b.stats.var, source.var)
+    with pytest.raises(ValueError, match=r"cannot sync statistics of shape \(3,\) into \(2,\)"):
+        RunningMeanStd((2,)).sync_from(source)
+
+
+def test_all_reduce_is_a_no_op_without_distributed():
+    rms = _fed(BATCHES)
+    before = rms.mean.clone()
+    assert not dist.is_initialized()
+    rms.all_reduce_()
+    assert torch.equal(rms.mean, before)
+
+
+_RANK_SCRIPT = """
+import json, os, sys
+import numpy as np, torch, torch.distributed as dist
+from rlkit.modules.normalization import RunningMeanStd
+rank = int(os.environ["RANK"])
+batches = [np.asarray(b) for b in json.loads(open(sys.argv[1]).read())]
+dist.init_process_group("gloo")
+rms = RunningMeanStd((3,))
+rms.update(torch.as_tensor(batches[0]))  # data every rank saw before the first sync
+rms.all_reduce_()
+rms.update(torch.as_tensor(batches[1 + rank]))  # rank-specific data
+rms.all_reduce_()
+rms.update(torch.as_tensor(batches[3][rank::2]))  # a second round
+rms.all_reduce_()
+print(json.dumps([rms.mean.tolist(), rms.var.tolist(), rms.count.item()]))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_all_reduce_across_two_ranks_counts_each_sample_once(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2"}
+    batches = tmp_path / "batches.json"
+    batches.write_text(json.dumps([b.tolist() for b in BATCHES]))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _RANK_SCRIPT, str(batches)],
+            env={**env, "RANK": str(rank)},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    try:
+        outputs = [p.communicate(timeout=120)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert [p.returncode for p in procs] == [0, 0]
+    results = [json.loads(out.strip().splitlines()[-1]) for out in outputs]
+    # the first batch was seen by both ranks before the first all_reduce_: once per rank
+    data = np.concatenate([BATCHES[0], BATCHES[0], BATCHES[1], BATCHES[2], BATCHES[3]])
+    mean, var = _with_prior(data, 1e-4)
+    for rank_mean, rank_var, rank_count in results:
+        np.testing.assert_allclose(rank_mean, mean, rtol=1e-10)
+        np.testing.assert_allclose(rank_var, var, rtol=1e-10)
+        assert rank_count == pytest.approx(len(data) + 1e-4)
+    assert results[0] == results[1]
+
+
+def test_observation_norm_output_by_hand():
+    stats = _fed(BATCHES)
+    norm = ObservationNorm(3, clip=1.5, epsilon=1e-3, stats=stats)
+    obs = torch.as_tensor(RNG.normal(5.0, 6.0, size=(8, 3)), dtype=torch.float32)
+    td = TensorDict({keys.OBSERVATION: obs, keys.NEXT_OBSERVATION: obs + 1}, batch_size=[8])
+    count = stats.count.clone()
+    out = norm(td)
+    mean, var = stats.mean.numpy(), stats.var.numpy()
+    for key, x in ((keys.OBSERVATION, obs), (keys.NEXT_OBSERVATION, obs + 1)):
+        expected = np.clip((x.double().numpy() - mean) / np.sqrt(var + 1e-3), -1.5, 1.5)
+        np.testing.assert_allclose(out[key].numpy(), expected, rtol=1e-5, atol=1e-6)
+        assert out[key].dtype == torch.float32
+    assert (out[keys.OBSERVATION].abs() == 1.5).any()  # clipping was exercised
+    assert torch.equal(stats.count, count)  # applying the transform outside an env: no update
+    with pytest.raises(ValueError, match="clip must be positive or None"):
+        ObservationNorm(3, clip=0.0)
+
+
+def test_frozen_statistics_do_not_change_in_an_env():
+    env = make_env("Pendulum-v1", num_envs=2, seed=0, normalize_obs=True)
+    norm = get_obs_norm(env)
+    norm.update_stats = False
+    norm.stats.update(torch.as_tensor(RNG.normal(size=(10, 3))))
+    state = {k: v.clone() for k, v in norm.state_dict().items()}
+    raw = make_env("Pendulum-v1", num_envs=2, seed=0)
+    torch.manual_seed(0)
+    td = env.rollout(15)
+    torch.manual_seed(0)
+    td_raw = raw.rollout(15)
+    for k, v in norm.state_dict().items():
+        assert torch.equal(v, state[k]), k
+    expected = norm.stats.normalize(td_raw[keys.NEXT_OBSERVATION], clip=10.0)
+    torch.testing.assert_close(td[keys.NEXT_OBSERVATION], expected)
+
+
+def test_shared_norm_uses_the_same_statistics():
+    norm = ObservationNorm(3)
+    view = norm.shared(update_stats=False)
+    assert view.stats is norm.stats and norm.update_stats and not view.update_stats
+    with pytest.raises(ValueError, match=r"stats of shape \(3,\) != shape 2"):
+        ObservationNorm(2, stats=norm.stats)
+
+
+def test_reward_norm_arguments():
+    with pytest.raises(ValueError, match=r"gamma must lie in \[0, 1\]"):
+        RewardNorm(gamma=-0.1)
+    with pytest.raises(ValueError, match="clip must be positive or None"):
+        RewardNorm(gamma=0.99, clip=-1.0)
+
+
+@pytest.mark.filterwarnings("ignore:Support of VecNormV2 for containers:UserWarning")
+def test_torchrl_vecnormv2_is_not_reward_scaling():
+    """Why rlkit has its own normalisers (torchrl 0.14.1 behaviour, pinned)."""
+    env = make_env("CartPole-v1", num_envs=4, seed=0)
+    env.append_transform(VecNormV2(in_keys=[keys.OBSERVATION, "reward"], decay=1.0))
+    td = env.rollout(30, break_when_any_done=False)
+    vecnorm = env.transform[-1]
+    # one set of statistics per sub-environment, not one for the whole batch
+    assert vecnorm._loc[keys.OBSERVATION].shape == (4, 4)
+    # the reward is standardised: CartPole's constant +1 reward becomes 0 everywhere
+    assert torch.all(td[keys.REWARD] == 0)
+    scaled = make_env("CartPole-v1", num_envs=4, seed=0, normalize_reward=True).rollout(30)
+    assert torch.all(scaled[keys.REWARD] > 0)
