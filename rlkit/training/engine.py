@@ -154,7 +154,7 @@ class Context:
         so every rank stops together.
         """
         params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
-        optimizer.zero_grad(set_to_none=False)
+        optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         if self.world_size > 1:

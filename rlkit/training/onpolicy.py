@@ -92,9 +92,11 @@ class OnPolicyConfig(TrainConfig):
 
 def make_optimizer(cfg: OnPolicyConfig, params) -> torch.optim.Optimizer:
     params = list(params)
+    # foreach: one kernel per update op for all parameters instead of a Python loop over them
+    # (torch picks it by default only on CUDA); measured 0.9 -> 0.3 ms per Adam step here
     if cfg.optimizer == "rmsprop":
-        return torch.optim.RMSprop(params, lr=cfg.lr, eps=cfg.adam_eps, alpha=0.99)
-    return torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps)
+        return torch.optim.RMSprop(params, lr=cfg.lr, eps=cfg.adam_eps, alpha=0.99, foreach=True)
+    return torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps, foreach=True)
 
 
 class _Mean:

@@ -1,0 +1,32 @@
+"""Narrow work-arounds for measured third-party slow paths. Each names its evidence.
+
+1. ``tensordict.TensorDict.from_any`` (tensordict 0.14.3) calls
+   ``importlib.util.find_spec("pandas")`` every time it is given an object, and
+   ``TensorDictModule`` passes every output tensor through it. Without pandas installed,
+   each call searches ``sys.path`` again: measured 50-60 us per call here, 10 calls per PPO
+   loss forward (0.5 ms of a 2.6 ms forward) and 2-3 per policy step during collection.
+   The answer cannot change while the process runs unless pandas is installed meanwhile,
+   so ``tensordict.base`` gets an ``importlib`` whose ``util.find_spec`` remembers answers.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import types
+
+
+def _memoized_importlib() -> types.SimpleNamespace:
+    find_spec = functools.lru_cache(maxsize=64)(importlib.util.find_spec)
+    util = types.SimpleNamespace(**{**vars(importlib.util), "find_spec": find_spec})
+    return types.SimpleNamespace(**{**vars(importlib), "util": util})
+
+
+def apply() -> None:
+    try:
+        import tensordict.base as td_base
+    except ImportError:  # pragma: no cover - tensordict is a dependency
+        return
+    if getattr(td_base, "importlib", None) is importlib:
+        td_base.importlib = _memoized_importlib()
