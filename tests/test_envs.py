@@ -380,3 +380,9 @@ def test_docstring_examples_run():
     for module in (rlkit.envs.make, rlkit.modules.normalization):
         result = doctest.testmod(module, extraglobs={"torch": torch})
         assert result.failed == 0 and result.attempted > 0, module.__name__
+
+
+def test_cpu_env_has_no_tensordict_device():
+    env = make_env("CartPole-v1", num_envs=2, device="cpu")
+    td = env.rollout(2)
+    assert env.device is None and td[keys.NEXT_OBSERVATION].device.type == "cpu"

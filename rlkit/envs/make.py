@@ -183,7 +183,10 @@ def make_env(
         normalize_reward: append a :class:`RewardNorm` (scale by the running std of the
             discounted return with discount ``gamma``).
         gamma: discount used by ``normalize_reward``.
-        device: device of the TensorDicts the env returns.
+        device: where the env's tensors live. On the CPU the env is built without a
+            TensorDict device (``env.device is None``, tensors on the CPU): TorchRL then
+            skips its per-step device casts, which cost about 20% of CartPole collection
+            speed here; any other device is set on the env.
         render_mode: passed to ``gymnasium.make``.
         env_kwargs: extra keyword arguments for ``gymnasium.make`` (e.g.
             ``{"continuous": True}`` for LunarLander).
@@ -214,7 +217,8 @@ def make_env(
     except ValueError:
         venv.close()
         raise
-    base = _SyncVectorGymWrapper(venv, categorical_action_encoding=True, device=device)
+    env_device = None if torch.device(device).type == "cpu" else torch.device(device)
+    base = _SyncVectorGymWrapper(venv, categorical_action_encoding=True, device=env_device)
     if seed is not None:
         base.set_seed(seed)
     transforms = _transforms(
