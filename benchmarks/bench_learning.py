@@ -1,0 +1,171 @@
+"""Learning benchmark: does a recipe reach a return threshold within a frame budget?
+
+Runs ``recipes/<algo>.py`` once per seed (``--jobs`` at a time; learning is measured in
+frames, so running two at once on two cores changes seconds, not results), reads each run's
+``summary.json`` and ``eval.csv``, and writes every raw number plus a table to
+``benchmarks/results/learning_<algo>_<env>.json/.md``.
+
+    .venv/bin/python benchmarks/bench_learning.py ppo CartPole-v1 475 100000 --seeds 0 1 2 3 4
+    .venv/bin/python benchmarks/bench_learning.py ppo Pendulum-v1 -250 300000 --eval-every 20000
+    .venv/bin/python benchmarks/bench_learning.py a2c CartPole-v1 475 500000 --eval-every 10000
+
+A run counts as solved when a deterministic evaluation (mean of ``--eval-episodes``
+episodes) reaches the threshold within the budget; the recipe stops there
+(``--target-return``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (  # noqa: E402
+    REPO_ROOT,
+    command_line,
+    git_commit,
+    host_info,
+    markdown_table,
+    median_or_none,
+    package_versions,
+    run_measured,
+    write_results,
+)
+
+
+def run_seed(args: argparse.Namespace, seed: int, root: Path) -> dict:
+    run_dir = root / f"{args.algo}-{args.env}-s{seed}"
+    command = [
+        sys.executable,
+        f"recipes/{args.algo}.py",
+        "--env",
+        args.env,
+        "--seed",
+        str(seed),
+        "--target-return",
+        str(args.threshold),
+        "--total-frames",
+        str(args.budget),
+        "--eval-every",
+        str(args.eval_every),
+        "--eval-episodes",
+        str(args.eval_episodes),
+        "--progress",
+        "false",
+        "--run-dir",
+        str(run_dir),
+        *args.extra,
+    ]
+    result = run_measured(command, cwd=REPO_ROOT, timeout_s=args.timeout)
+    row = {
+        "seed": seed,
+        "ok": result.ok,
+        "wall_seconds": result.wall_seconds,
+        "peak_rss_mb": result.peak_rss_mb,
+    }
+    summary_file = run_dir / "summary.json"
+    if summary_file.is_file():
+        summary = json.loads(summary_file.read_text())
+        row |= {
+            k: summary[k]
+            for k in (
+                "frames",
+                "train_seconds",
+                "fps",
+                "solved",
+                "solved_frames",
+                "solved_seconds",
+                "eval_return_mean",
+            )
+        }
+        with (run_dir / "eval.csv").open() as f:
+            row["curve"] = [(int(r["frames"]), float(r["return_mean"])) for r in csv.DictReader(f)]
+        row["best_eval"] = max((m for _, m in row["curve"]), default=None)
+    else:
+        row |= {"solved": False, "error": result.error_tail()}
+    status = "solved" if row.get("solved") else "not solved"
+    print(
+        f"seed {seed}: {status} frames={row.get('solved_frames')} "
+        f"best={row.get('best_eval')} train_s={row.get('train_seconds')}",
+        flush=True,
+    )
+    return row
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("algo")
+    p.add_argument("env")
+    p.add_argument("threshold", type=float)
+    p.add_argument("budget", type=int)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    p.add_argument("--eval-every", type=int, default=5000)
+    p.add_argument("--eval-episodes", type=int, default=10)
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--timeout", type=float, default=3600)
+    p.add_argument("--required", type=int, default=None, help="seeds that must solve (bar)")
+    p.add_argument("--out", default=None)
+    p.add_argument("extra", nargs=argparse.REMAINDER, help="flags after -- go to the recipe")
+    args = p.parse_args()
+    args.extra = [a for a in args.extra if a != "--"]
+    with (
+        tempfile.TemporaryDirectory(prefix="rlkit-bench-") as tmp,
+        ThreadPoolExecutor(args.jobs) as pool,
+    ):
+        rows = list(pool.map(lambda s: run_seed(args, s, Path(tmp)), args.seeds))
+    solved = sum(bool(r.get("solved")) for r in rows)
+    required = args.required if args.required is not None else len(args.seeds)
+    payload = {
+        "benchmark": "learning",
+        "algo": args.algo,
+        "env": args.env,
+        "threshold": args.threshold,
+        "budget_frames": args.budget,
+        "seeds": args.seeds,
+        "solved": solved,
+        "required": required,
+        "passed": solved >= required,
+        "median_solved_frames": median_or_none(r.get("solved_frames") for r in rows),
+        "median_solved_seconds": median_or_none(r.get("solved_seconds") for r in rows),
+        "runs": rows,
+        "command": command_line(),
+        "commit": git_commit(),
+        "host": host_info(),
+        "versions": package_versions(
+            sys.executable, ["torch", "torchrl", "tensordict", "gymnasium", "lightning"]
+        ),
+    }
+    table = markdown_table(
+        ["seed", "solved", "frames to solve", "train s to solve", "best eval", "final eval", "fps"],
+        [
+            [
+                r["seed"],
+                r.get("solved"),
+                r.get("solved_frames"),
+                r.get("solved_seconds"),
+                r.get("best_eval"),
+                r.get("eval_return_mean"),
+                r.get("fps"),
+            ]
+            for r in rows
+        ],
+    )
+    md = (
+        f"# {args.algo} on {args.env}: threshold {args.threshold:g} "
+        f"within {args.budget:,} frames\n\n"
+        f"Solved {solved}/{len(rows)} seeds (bar: {required}). Command: `{command_line()}`; "
+        f"commit `{payload['commit']['commit'][:10]}`.\n\n{table}\n"
+    )
+    stem = args.out or REPO_ROOT / "benchmarks" / "results" / f"learning_{args.algo}_{args.env}"
+    for path in write_results(stem, payload, md):
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
