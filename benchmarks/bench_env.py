@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -93,28 +94,26 @@ def measure(
     configs: dict[str, Callable[[], EnvBase]], *, frames: int, repeats: int, seed: int
 ) -> dict[str, list[float]]:
     torch.manual_seed(seed)
-    iterators, batch_frames = {}, {}
+    iterators = {}
     for name, build in configs.items():
         env = build()
         n = env.batch_size.numel() or 1
-        per_batch = max(n, (frames // 4) // n * n)
         collector = Collector(
             env,
             policy(),
-            frames_per_batch=per_batch,
+            frames_per_batch=max(n, frames // n * n),
             total_frames=-1,
             auto_register_policy_transforms=False,
         )
         iterators[name] = iter(collector)
-        batch_frames[name] = per_batch
         next(iterators[name])  # warm-up: first resets, lazy initialisation
+    # many short repeats, round-robin: a burst of load on the shared CPU spoils few of them
     fps: dict[str, list[float]] = {name: [] for name in configs}
     for _ in range(repeats):
         for name, it in iterators.items():
             start = time.perf_counter()
-            for _ in range(4):
-                next(it)
-            fps[name].append(4 * batch_frames[name] / (time.perf_counter() - start))
+            batch = next(it)
+            fps[name].append(batch.numel() / (time.perf_counter() - start))
     return fps
 
 
@@ -150,7 +149,9 @@ def report(fps: dict[str, list[float]], sizes: list[int], meta: dict) -> tuple[d
         f"Versions: torch {meta['versions']['torch']}, torchrl {meta['versions']['torchrl']}, "
         f"tensordict {meta['versions']['tensordict']}, gymnasium "
         f"{meta['versions']['gymnasium']}, Python {meta['versions']['python']}.  ",
-        "The CPU (2 cores) is shared with other work: compare ratios, not absolute numbers.",
+        "The CPU (2 cores) is shared with other work: compare ratios, not absolute numbers "
+        f"(1-min load average {meta['load_average_1_5_15min']['before'][0]:.2f} before, "
+        f"{meta['load_average_1_5_15min']['after'][0]:.2f} after).",
         "",
         "| configuration | envs | frames/s (median) | vs SerialEnv same envs |",
         "| --- | ---: | ---: | ---: |",
@@ -164,14 +165,15 @@ def report(fps: dict[str, list[float]], sizes: list[int], meta: dict) -> tuple[d
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[8, 32])
-    parser.add_argument("--frames", type=int, default=8192, help="frames per repeat")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--frames", type=int, default=2048, help="frames per repeat")
+    parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="tiny run, nothing written")
     args = parser.parse_args()
     if args.quick:
-        args.frames, args.repeats = 512, 1
+        args.frames, args.repeats = 256, 1
     torch.set_num_threads(1)
+    load_before = os.getloadavg()
     fps = measure(
         configurations(args.sizes, args.seed),
         frames=args.frames,
@@ -187,6 +189,7 @@ def main() -> None:
         "repeats": args.repeats,
         "frames_per_repeat": args.frames,
         "torch_threads": 1,
+        "load_average_1_5_15min": {"before": load_before, "after": os.getloadavg()},
         "versions": {
             "torch": torch.__version__,
             "torchrl": torchrl.__version__,
