@@ -9,6 +9,13 @@ auto-reset mode this needs no per-step parsing of gymnasium's ``final_obs`` info
 construction, and it is the mode TorchRL's ``GymWrapper`` calls preferred. Either way the
 step's ``("next", "observation")`` is the true observation reached, also at done steps, and
 the next row's ``"observation"`` is the reset one: gymnasium never replaces one with the other.
+
+TorchRL's ``Collector`` needs no special configuration: its default ``step_and_maybe_reset``
+loop resets exactly the finished sub-envs once, after the step's transforms ran.
+``tests/test_envs.py`` checks a two-batch ``Collector(env, policy, frames_per_batch=200,
+total_frames=400, auto_register_policy_transforms=False)`` run with a 20-step limit against a
+plain gymnasium loop replaying the same seeds and actions: every observation, reward, flag,
+return and step count agrees, every non-done step chains and no done step does.
 """
 
 from __future__ import annotations

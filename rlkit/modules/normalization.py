@@ -315,21 +315,24 @@ class ObservationNorm(Transform):
     def _apply_transform(self, obs: Tensor) -> Tensor:
         return self.stats.normalize(obs, epsilon=self.epsilon, clip=self.clip)
 
-    def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
-        obs = next_tensordict.get(self.key)
+    def observe(self, obs: Tensor, rows: Tensor | None = None) -> Tensor:
+        """What the env does with fresh observations ``obs`` ``[*B, *O]``: add them (only
+        ``obs[rows]`` when a ``[*B]`` mask is given) to the statistics if ``update_stats``,
+        then return all of ``obs`` normalised. Collectors that bypass TorchRL's transform
+        machinery call this to stay identical to the transform."""
         if self.update_stats:
-            self.stats.update(obs)
-        next_tensordict.set(self.key, self._apply_transform(obs))
+            self.stats.update(obs if rows is None else obs[rows])
+        return self._apply_transform(obs)
+
+    def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
+        next_tensordict.set(self.key, self.observe(next_tensordict.get(self.key)))
         return next_tensordict
 
     def _reset(
         self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase
     ) -> TensorDictBase:
-        obs = tensordict_reset.get(self.key)
-        if self.update_stats:
-            rows = _reset_rows(tensordict, tensordict_reset.batch_size)
-            self.stats.update(obs if rows is None else obs[rows])
-        tensordict_reset.set(self.key, self._apply_transform(obs))
+        rows = _reset_rows(tensordict, tensordict_reset.batch_size)
+        tensordict_reset.set(self.key, self.observe(tensordict_reset.get(self.key), rows))
         return tensordict_reset
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
@@ -402,27 +405,38 @@ class RewardNorm(Transform):
         scaled = reward * (self.stats.var + self.epsilon).rsqrt().to(reward.device, reward.dtype)
         return scaled if self.clip is None else scaled.clamp(-self.clip, self.clip)
 
-    def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
-        reward = next_tensordict.get(self.in_keys[0])
+    def observe(self, reward: Tensor, done: Tensor) -> Tensor:
+        """One environment step: update the discounted returns with ``reward`` ``[*B, 1]``,
+        add them to the statistics if ``update_stats``, zero them where ``done``, and
+        return the scaled reward. Collectors that bypass TorchRL's transform machinery call
+        this to stay identical to the transform."""
         returns = self._returns
         if returns is None or returns.shape != reward.shape:
             returns = torch.zeros(reward.shape, dtype=torch.float64, device=reward.device)
         returns = returns * self.gamma + reward
         if self.update_stats:
             self.stats.update(returns)
-        next_tensordict.set(self.in_keys[0], self._apply_transform(reward))
-        done = next_tensordict.get(keys.DONE[-1]).reshape(returns.shape)
-        self._returns = returns.masked_fill(done, 0.0)
+        self._returns = returns.masked_fill(done.reshape(returns.shape), 0.0)
+        return self._apply_transform(reward)
+
+    def reset_returns(self, rows: Tensor | None = None) -> None:
+        """Zero the discounted returns of the sub-envs in the ``[*B]`` mask ``rows``
+        (all of them when ``None``)."""
+        if self._returns is None or rows is None:
+            self._returns = None
+        else:
+            self._returns[rows] = 0.0
+
+    def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
+        reward = next_tensordict.get(self.in_keys[0])
+        done = next_tensordict.get(keys.DONE[-1])
+        next_tensordict.set(self.in_keys[0], self.observe(reward, done))
         return next_tensordict
 
     def _reset(
         self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase
     ) -> TensorDictBase:
-        rows = _reset_rows(tensordict, tensordict_reset.batch_size)
-        if self._returns is None or rows is None:
-            self._returns = None
-        else:
-            self._returns[rows] = 0.0
+        self.reset_returns(_reset_rows(tensordict, tensordict_reset.batch_size))
         return tensordict_reset
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
