@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import pickle
 import socket
 import subprocess
 import sys
@@ -98,6 +99,9 @@ def test_state_dict_round_trip_through_a_checkpoint():
     restored.load_state_dict(state)
     for name in ("mean", "var", "count"):
         assert torch.equal(getattr(restored, name), getattr(rms, name))
+    # whole modules pickle too (process-based collectors ship transforms to workers)
+    clone = pickle.loads(pickle.dumps(ObservationNorm(3, stats=restored)))
+    assert torch.equal(clone.stats.mean, rms.mean)
 
 
 def test_sync_from_copies_values_not_a_link():

@@ -221,21 +221,21 @@ def make_env(
     )
     try:
         _check_spaces(env_id, venv)
+        env_device = None if torch.device(device).type == "cpu" else torch.device(device)
+        base = _SyncVectorGymWrapper(venv, categorical_action_encoding=True, device=env_device)
+        transforms = _transforms(
+            env_id,
+            base,
+            normalize_obs=normalize_obs,
+            obs_norm=obs_norm,
+            normalize_reward=normalize_reward,
+            gamma=gamma,
+        )
     except ValueError:
         venv.close()
         raise
-    env_device = None if torch.device(device).type == "cpu" else torch.device(device)
-    base = _SyncVectorGymWrapper(venv, categorical_action_encoding=True, device=env_device)
     if seed is not None:
         base.set_seed(seed)
-    transforms = _transforms(
-        env_id,
-        base,
-        normalize_obs=normalize_obs,
-        obs_norm=obs_norm,
-        normalize_reward=normalize_reward,
-        gamma=gamma,
-    )
     return TransformedEnv(base, Compose(*transforms))
 
 
@@ -270,7 +270,7 @@ def _transforms(
         elif obs_norm.parent is not None:
             obs_norm = obs_norm.shared()
         transforms.append(obs_norm)
-    transforms.append(RewardSum(in_keys=["reward"], out_keys=[keys.EPISODE_RETURN_NAME]))
+    transforms.append(RewardSum(in_keys=[keys.REWARD[-1]], out_keys=[keys.EPISODE_RETURN_NAME]))
     transforms.append(StepCounter(step_count_key=keys.STEP_COUNT_NAME))
     if normalize_reward:
         transforms.append(RewardNorm(gamma=gamma))

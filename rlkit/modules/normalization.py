@@ -14,8 +14,8 @@ Why not TorchRL's ``VecNormV2``: by default it keeps one set of statistics per
 sub-environment (``reduce_batch_dims=False``), computes the variance as
 ``E[x^2] - E[x]^2`` in float32 (cancellation when ``|mean| >> std``), decays old data
 (``decay=0.9999``) and, applied to the reward, standardises the reward itself instead of
-scaling it by the spread of the discounted return. ``tests/test_normalization.py`` pins these
-differences down.
+scaling it by the spread of the discounted return (CartPole's constant +1 becomes 0).
+``tests/test_normalization.py`` pins the per-env statistics and the zeroed reward down.
 """
 
 from __future__ import annotations
@@ -74,6 +74,10 @@ def subtract_moments(total: Moments, part: Moments) -> Moments:
     return mean, (m2 / count).clamp_min(0.0), count
 
 
+def _mark_synced_after_load(module: RunningMeanStd, incompatible_keys: object) -> None:
+    module._mark_synced()  # a module-level function, so RunningMeanStd stays picklable
+
+
 class RunningMeanStd(nn.Module):
     r"""Mean and variance of everything passed to :meth:`update`, in float64.
 
@@ -115,7 +119,7 @@ class RunningMeanStd(nn.Module):
         self.register_buffer("_base_mean", self.mean.clone(), persistent=False)
         self.register_buffer("_base_var", self.var.clone(), persistent=False)
         self.register_buffer("_base_count", self.count.clone(), persistent=False)
-        self.register_load_state_dict_post_hook(lambda module, _: module._mark_synced())
+        self.register_load_state_dict_post_hook(_mark_synced_after_load)
 
     @property
     def std(self) -> Tensor:
