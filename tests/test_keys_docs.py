@@ -16,5 +16,7 @@ def test_every_key_constant_is_documented_with_its_value():
     assert len(constants) >= 15
     for name, value in constants.items():
         assert f"`{name}`" in DOC, name
-        shown = f'"{value}"' if isinstance(value, str) else "(" + ", ".join(f'"{v}"' for v in value) + ")"
+        parts = [value] if isinstance(value, str) else list(value)
+        shown = ", ".join(f'"{v}"' for v in parts)
+        shown = shown if isinstance(value, str) else f"({shown})"
         assert shown in DOC, (name, shown)

@@ -12,13 +12,14 @@ from rlkit.modules.critics import (
     value_critic,
 )
 from rlkit.modules.networks import ImpalaCNN, NatureCNN, init_orthogonal_, mlp, mlp_body
-from rlkit.modules.normalization import ObservationNorm, RunningMeanStd
+from rlkit.modules.normalization import ObservationNorm, RewardNorm, RunningMeanStd
 from rlkit.modules.target import TargetNetwork
 
 __all__ = [
     "ImpalaCNN",
     "NatureCNN",
     "ObservationNorm",
+    "RewardNorm",
     "RunningMeanStd",
     "TargetNetwork",
     "categorical_actor",
