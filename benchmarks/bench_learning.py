@@ -111,9 +111,9 @@ def main() -> None:
     p.add_argument("--timeout", type=float, default=3600)
     p.add_argument("--required", type=int, default=None, help="seeds that must solve (bar)")
     p.add_argument("--out", default=None)
-    p.add_argument("extra", nargs=argparse.REMAINDER, help="flags after -- go to the recipe")
-    args = p.parse_args()
-    args.extra = [a for a in args.extra if a != "--"]
+    # flags this script does not know (after "--" or anywhere) go to the recipe
+    args, extra = p.parse_known_args()
+    args.extra = [a for a in extra if a != "--"]
     with (
         tempfile.TemporaryDirectory(prefix="rlkit-bench-") as tmp,
         ThreadPoolExecutor(args.jobs) as pool,
