@@ -111,6 +111,16 @@ def git_commit() -> str:
         return "unknown"
 
 
+def uncommitted() -> list[str]:
+    """Tracked source files that differ from the recorded commit (they were measured too)."""
+    cmd = ["git", "status", "--porcelain", "--untracked-files=no", "--", "rlkit", "benchmarks"]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).parent)
+    except OSError:
+        return []
+    return [line[3:] for line in out.stdout.splitlines() if line.endswith(".py")]
+
+
 def summarize(fps: dict[str, list[float]]) -> list[dict]:
     rows = []
     for name in fps:
@@ -139,7 +149,8 @@ def markdown(rows: list[dict], meta: dict) -> str:
         "# Collection speed: VectorEnvCollector vs TorchRL Collector (CartPole-v1)",
         "",
         f"Command: `{meta['command']}`  ",
-        f"Commit: `{meta['commit']}` (+ the working-tree files of this benchmark), seed "
+        f"Commit: `{meta['commit']}` (uncommitted changes: "
+        f"{', '.join(meta['uncommitted']) or 'none'}), seed "
         f"{meta['seed']}, torch threads 1, batches of num_envs x {STEPS_PER_BATCH} steps, "
         f"{meta['repeats']} interleaved repeats of >= {meta['frames_per_repeat']} frames, "
         "median.  ",
@@ -183,6 +194,7 @@ def main() -> None:
         "env_id": ENV_ID,
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "commit": git_commit(),
+        "uncommitted": uncommitted(),
         "seed": args.seed,
         "repeats": args.repeats,
         "frames_per_repeat": args.frames,

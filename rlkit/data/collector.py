@@ -205,7 +205,8 @@ class VectorEnvCollector:
     Drop-in for ``torchrl.collectors.Collector(env, policy, frames_per_batch=...,
     total_frames=..., device=..., auto_register_policy_transforms=False)`` as the training
     engine uses it (``iter``, ``update_policy_weights_()``, ``shutdown()``), with the same
-    batches, 2-3.5x faster on CartPole (``benchmarks/results/bench_collect.md``).
+    batches, about 2.2x faster on CartPole with 8 or 32 envs
+    (``benchmarks/results/bench_collect.md``).
 
     Each batch is a TensorDict of batch size ``[N, T]`` (``N = num_envs``,
     ``T = frames_per_batch / N``), dims named ``[None, "time"]``, holding:
