@@ -115,6 +115,7 @@ class Context:
     total_frames: int
     counters: Counters
     generator: torch.Generator = field(default_factory=torch.Generator)
+    _params: dict[int, list[torch.Tensor]] = field(default_factory=dict, repr=False)
 
     @property
     def device(self) -> torch.device:
@@ -153,7 +154,10 @@ class Context:
         loss or a gradient is NaN or inf: the decision is taken on all-reduced gradients,
         so every rank stops together.
         """
-        params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
+        params = self._params.get(id(optimizer))
+        if params is None:
+            params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
+            self._params[id(optimizer)] = params
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]

@@ -92,11 +92,12 @@ class OnPolicyConfig(TrainConfig):
 
 def make_optimizer(cfg: OnPolicyConfig, params) -> torch.optim.Optimizer:
     params = list(params)
-    # foreach: one kernel per update op for all parameters instead of a Python loop over them
-    # (torch picks it by default only on CUDA); measured 0.9 -> 0.3 ms per Adam step here
+    # Adam: fused (one kernel for every parameter, CPU and CUDA), measured 140 us per step
+    # here against 374 us for foreach and 491 us for torch's CPU default (a Python loop over
+    # parameters); RMSprop has no fused kernel, so foreach.
     if cfg.optimizer == "rmsprop":
         return torch.optim.RMSprop(params, lr=cfg.lr, eps=cfg.adam_eps, alpha=0.99, foreach=True)
-    return torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps, foreach=True)
+    return torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps, fused=True)
 
 
 class _Mean:
@@ -206,18 +207,26 @@ class PolicyGradientLearner(Learner):
             out[name] = value
         return out
 
+    def _minibatches(self, flat: TensorDictBase, generator: torch.Generator):
+        n = flat.shape[0]
+        if self.cfg.minibatch_size >= n:
+            # one minibatch per epoch: the mean loss over the whole batch does not depend on
+            # the order of its samples, so skip the shuffle and the copy
+            return (flat,)
+        order = minibatch_indices(n, self.cfg.minibatch_size, generator=generator)
+        return (flat[idx] for idx in order)
+
     def update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
         cfg = self.cfg
         sched = self.apply_schedules(ctx.progress)
         with torch.no_grad():
             self.estimator(batch)
-        flat = batch.reshape(-1)
+        # only what the loss reads: indexing a minibatch then copies 6 keys instead of ~25
+        flat = batch.reshape(-1).select(*self.loss.in_keys, strict=False)
         stats = _Mean()
         for _ in range(cfg.epochs):
-            for idx in minibatch_indices(
-                flat.shape[0], cfg.minibatch_size, generator=ctx.generator
-            ):
-                out = self.loss(flat[idx])
+            for minibatch in self._minibatches(flat, ctx.generator):
+                out = self.loss(minibatch)
                 total = sum(v for k, v in out.items() if k.startswith("loss_"))
                 grad_norm = ctx.optimize(total, self.optimizer, max_grad_norm=cfg.max_grad_norm)
                 stats.add({k: v for k, v in out.items() if v.numel() == 1})
