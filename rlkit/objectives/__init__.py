@@ -21,3 +21,8 @@ __all__ = [
     "standardize",
     "total_loss",
 ]
+
+from rlkit.objectives.dqn import DQNLoss, nstep_transitions  # noqa: E402
+from rlkit.objectives.sac import DiscreteSACLoss, SACLoss  # noqa: E402
+
+__all__ += ["DQNLoss", "DiscreteSACLoss", "SACLoss", "nstep_transitions"]

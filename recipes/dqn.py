@@ -1,0 +1,133 @@
+"""DQN: deep Q-learning from a replay buffer (Mnih et al. 2015), double-DQN and n-step options.
+
+    python recipes/dqn.py                                  # CartPole-v1, rl-zoo3's settings
+    python recipes/dqn.py --target-return 475 --seed 3     # stop once solved
+    python recipes/dqn.py --double-dqn --n-steps 3 --prioritized
+    python recipes/dqn.py --accelerator cpu --devices 2 --strategy ddp
+    python recipes/dqn.py --help                           # every flag
+
+Algorithm box:
+    1. config      DQNConfig (defaults, --config YAML, flags)
+    2. network     Q(s, .) MLP and its target copy (hard update every k gradient steps)
+    3. loss        TD regression, Huber or MSE, optionally double-DQN and n-step
+    4. learner     replay buffer (uniform / prioritized), random fill, epsilon schedule,
+                   utd_ratio gradient steps per collected frame
+    5. fit         the engine: collect, update, evaluate (greedy), checkpoint
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rlkit.modules import q_critic_discrete
+from rlkit.modules.critics import action_kind, observation_features
+from rlkit.objectives import DQNLoss
+from rlkit.training import cli, parse_config, run
+from rlkit.training.offpolicy import DQNLearner, EpsilonSchedule, OffPolicyConfig
+from rlkit.training.offpolicy import offpolicy_collector as make_collector
+
+
+# 1. config ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DQNConfig(OffPolicyConfig):
+    """Train DQN. Defaults are rl-zoo3's tuned CartPole-v1 settings; flags override."""
+
+    total_frames: int = field(default=100_000, metadata={"help": "frames to train for"})
+    steps_per_batch: int = field(
+        default=256, metadata={"help": "env steps per env between update phases (train_freq)"}
+    )
+    utd_ratio: float = field(
+        default=0.5, metadata={"help": "gradient steps per collected frame (128 per 256)"}
+    )
+    batch_size: int = field(default=64, metadata={"help": "transitions per gradient step"})
+    buffer_size: int = field(default=100_000, metadata={"help": "replay buffer capacity"})
+    learning_starts: int = field(
+        default=1000, metadata={"help": "frames of uniform random actions before learning"}
+    )
+    lr: float = field(default=2.3e-3, metadata={"help": "Adam learning rate"})
+    max_grad_norm: float = field(default=10.0, metadata={"help": "gradient clipping (0: off)"})
+    loss: str = field(
+        default="huber", metadata={"help": "TD loss: huber or mse", "choices": ("huber", "mse")}
+    )
+    double_dqn: bool = field(default=False, metadata={"help": "double DQN bootstrap action"})
+    target_update: str = field(
+        default="hard",
+        metadata={"help": "hard (copy) or soft (Polyak)", "choices": ("hard", "soft")},
+    )
+    target_update_period: int = field(
+        default=128,
+        metadata={
+            "help": "gradient steps between target updates (SB3's 10 env steps with "
+            "train_freq 256 syncs once per update phase: 128 steps)"
+        },
+    )
+    tau: float = field(default=1.0, metadata={"help": "Polyak weight of --target-update soft"})
+    epsilon_schedule: str = field(
+        default="linear",
+        metadata={"help": "linear or exponential", "choices": ("linear", "exponential")},
+    )
+    epsilon_start: float = field(default=1.0, metadata={"help": "initial exploration epsilon"})
+    epsilon_end: float = field(default=0.04, metadata={"help": "final exploration epsilon"})
+    exploration_fraction: float = field(
+        default=0.16, metadata={"help": "share of the budget of the linear epsilon decay"}
+    )
+    epsilon_decay: float = field(
+        default=0.99, metadata={"help": "per-batch factor of the exponential epsilon decay"}
+    )
+    log_every: int = field(default=1, metadata={"help": "write metrics every this many batches"})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _ = self.epsilon  # validates the exploration flags
+        if self.target_update_period < 1:
+            raise ValueError(
+                f"--target-update-period must be >= 1, got {self.target_update_period}"
+            )
+        if not 0 < self.tau <= 1:
+            raise ValueError(f"--tau must be in (0, 1], got {self.tau}")
+
+    @property
+    def epsilon(self) -> EpsilonSchedule:
+        return EpsilonSchedule(
+            kind=self.epsilon_schedule,
+            start=self.epsilon_start,
+            end=self.epsilon_end,
+            fraction=self.exploration_fraction,
+            decay=self.epsilon_decay,
+        )
+
+
+# 2-4. network, loss, learner ----------------------------------------------------------------
+def build(cfg: DQNConfig, env) -> DQNLearner:
+    info = action_kind(env.action_spec, batch_shape=tuple(env.batch_size))
+    if info.kind == "continuous":
+        raise ValueError(
+            f"DQN needs a discrete action space, but {cfg.env} has continuous actions "
+            f"(dimension {info.size}): Q(s, .) has one output per action. Use recipes/sac.py "
+            "for continuous actions"
+        )
+    width = observation_features(env.observation_spec)
+    q = q_critic_discrete(width, info.size, hidden=cfg.hidden, activation=cfg.activation)
+    loss = DQNLoss(
+        q,
+        gamma=cfg.gamma,
+        loss_type=cfg.loss,
+        double_dqn=cfg.double_dqn,
+        n_steps=cfg.n_steps,
+        target_update=cfg.target_update,
+        target_period=cfg.target_update_period,
+        tau=cfg.tau,
+    )
+    return DQNLearner(
+        cfg=cfg, loss=loss, action_spec=env.action_spec_unbatched, epsilon=cfg.epsilon
+    )
+
+
+# 5. fit -------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> dict:
+    cfg = parse_config(DQNConfig, argv, description=__doc__)
+    return run(cfg, build, algo="dqn", make_collector=make_collector)
+
+
+if __name__ == "__main__":
+    cli(main)
