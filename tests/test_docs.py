@@ -43,10 +43,21 @@ def test_recipe_pages_name_only_real_flags(page):
     text = (ROOT / "docs" / page).read_text()
     recipe = "a2c" if "a2c" in page else "ppo"
     helptext = subprocess.run(
-        [sys.executable, f"recipes/{recipe}.py", "--help"], cwd=ROOT, capture_output=True,
-        text=True, env={**os.environ}, check=True,
+        [sys.executable, f"recipes/{recipe}.py", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ},
+        check=True,
     ).stdout
-    ignore = {"--nnodes", "--nproc-per-node", "--rdzv-backend", "--rdzv-endpoint", "--nodes",
-              "--ntasks-per-node", "--gpus-per-node"}
+    ignore = {
+        "--nnodes",
+        "--nproc-per-node",
+        "--rdzv-backend",
+        "--rdzv-endpoint",
+        "--nodes",
+        "--ntasks-per-node",
+        "--gpus-per-node",
+    }
     for flag in set(re.findall(r"(--[a-z][a-z0-9-]+)", text)) - ignore:
         assert flag in helptext, f"{page} mentions {flag}, which {recipe}.py does not have"

@@ -224,3 +224,65 @@ def _state_module(state):
     for i, v in enumerate(state.values()):
         module.register_buffer(f"b{i}", v.clone())
     return module
+
+
+def test_video_flag_writes_a_gif_of_an_evaluation_episode(ppo, tmp_path):
+    ppo.main(
+        [
+            *TINY,
+            *QUIET,
+            "--total-frames",
+            "64",
+            "--eval-every",
+            "0",
+            "--video",
+            "--run-dir",
+            str(tmp_path),
+        ]
+    )
+    gif = (tmp_path / "eval.gif").read_bytes()
+    assert gif[:6] in (b"GIF87a", b"GIF89a")
+    from PIL import Image
+
+    with Image.open(tmp_path / "eval.gif") as image:
+        assert image.n_frames > 1  # an episode, not a still
+        assert image.size[0] > 100 and image.size[1] > 100
+
+
+def test_continuous_actions_and_observation_normalisation(ppo, tmp_path):
+    summary = ppo.main(
+        [
+            *TINY,
+            *QUIET,
+            "--env",
+            "Pendulum-v1",
+            "--normalize-obs",
+            "--total-frames",
+            "128",
+            "--eval-every",
+            "0",
+            "--run-dir",
+            str(tmp_path),
+        ]
+    )
+    assert summary["frames"] == 128
+    state = ckpt.load(tmp_path / "checkpoints" / "last.pt")["modules"]["obs_norm"]
+    # the statistics saw every training observation of the 2 batches (plus the prior count)
+    assert float(state["count"]) == pytest.approx(128, abs=1)
+
+
+def test_unsupported_action_space_is_named_before_training(ppo, tmp_path):
+    import tests.test_envs  # noqa: F401  (registers rlkit-test/* envs with odd spaces)
+
+    with pytest.raises(ValueError, match=r"action space .*MultiDiscrete"):
+        ppo.main(
+            [
+                *TINY,
+                *QUIET,
+                "--env",
+                "rlkit-test/MultiDiscreteAction-v0",
+                "--run-dir",
+                str(tmp_path),
+            ]
+        )
+    assert not (tmp_path / "metrics.csv").exists()

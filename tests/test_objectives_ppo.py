@@ -596,3 +596,21 @@ def test_documentation_examples_run():
         warnings.simplefilter("error")
         for block in blocks:
             exec(compile(block, str(DOCS), "exec"), namespace)  # noqa: S102
+
+
+@pytest.mark.parametrize("entropy_coef", [0.0, 0.05])
+def test_diagnostics_switch_keeps_the_loss_terms_and_their_gradients(entropy_coef):
+    torch.manual_seed(3)
+    actor, net = categorical_actor()
+    critic, _ = make_critic()
+    td = off_policy(collect(actor))
+    loss = PPOLoss(actor, critic, entropy_coef=entropy_coef)
+    full = loss(td)
+    grad_full = torch.autograd.grad(total_loss(full), net.weight)[0]
+    loss.diagnostics = False
+    lean = loss(td)
+    grad_lean = torch.autograd.grad(total_loss(lean), net.weight)[0]
+    assert sorted(lean.keys()) == ["loss_entropy", "loss_policy", "loss_value"]
+    for key in ["loss_entropy", "loss_policy", "loss_value"]:
+        assert lean[key].item() == pytest.approx(full[key].item(), rel=1e-6, abs=1e-8)
+    assert torch.allclose(grad_lean, grad_full)

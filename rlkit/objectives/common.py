@@ -377,6 +377,9 @@ class ActorCriticLoss(LossModule):
         if entropy_samples < 1:
             raise ValueError(f"{owner}: entropy_samples must be >= 1, got {entropy_samples}.")
         self.entropy_samples = entropy_samples
+        #: when False, ``forward`` returns only the ``loss_*`` terms and skips the detached
+        #: diagnostics (the on-policy learner computes them in the last epoch only)
+        self.diagnostics = True
         self._set_in_keys()
 
     # -- TorchRL LossModule plumbing -------------------------------------------------
@@ -437,6 +440,14 @@ class ActorCriticLoss(LossModule):
         used_advantage = standardize(advantage) if self.normalize_advantage else advantage
         out = self._policy_terms(log_prob, used_advantage, tensordict)
         out[LOSS_VALUE] = self.value_coef * self._value_loss(value, target, tensordict)
+        if not self.diagnostics:
+            losses = {k: v for k, v in out.items() if k.startswith("loss_")}
+            if self.entropy_coef > 0:
+                losses.update(self._entropy_terms(dist))
+                del losses[ENTROPY]
+            else:
+                losses[LOSS_ENTROPY] = torch.zeros((), device=value.device)
+            return TensorDict(losses, batch_size=[])
         out[EXPLAINED_VARIANCE] = explained_variance(value, target)
         out[VALUE_MEAN] = value.detach().mean()
         out.update(self._entropy_terms(dist))

@@ -36,7 +36,7 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from rlkit import keys
+from rlkit import _speedups, keys
 from rlkit.training import checkpoint as ckpt
 from rlkit.training.config import TrainConfig, to_dict
 from rlkit.training.config import save_config as _save_config
@@ -331,6 +331,8 @@ class Engine:
         modules = learner.modules()
         for m in modules.values():
             m.to(fabric.device)
+        for optimizer in learner.optimizers().values():
+            _speedups.skip_cpu_graph_capture_check(optimizer)
         _broadcast_parameters(fabric, modules)
 
         counters = Counters()

@@ -105,20 +105,20 @@ class _Mean:
 
     def __init__(self) -> None:
         self.sums: dict[str, torch.Tensor] = {}
-        self.n = 0
+        self.counts: dict[str, int] = {}
 
     def add(self, values: Mapping[str, torch.Tensor | float]) -> None:
         for k, v in values.items():
             v = v.detach().float() if isinstance(v, torch.Tensor) else torch.tensor(float(v))
             self.sums[k] = self.sums[k] + v if k in self.sums else v
-        self.n += 1
+            self.counts[k] = self.counts.get(k, 0) + 1
 
     def result(self) -> dict[str, float]:
         if not self.sums:
             return {}
         names = list(self.sums)
-        values = torch.stack([self.sums[k].reshape(()) for k in names]).div(self.n).tolist()
-        return dict(zip(names, values))
+        values = torch.stack([self.sums[k].reshape(()) for k in names]).tolist()
+        return {k: v / self.counts[k] for k, v in zip(names, values)}
 
 
 class PolicyGradientLearner(Learner):
@@ -224,7 +224,10 @@ class PolicyGradientLearner(Learner):
         # only what the loss reads: indexing a minibatch then copies 6 keys instead of ~25
         flat = batch.reshape(-1).select(*self.loss.in_keys, strict=False)
         stats = _Mean()
-        for _ in range(cfg.epochs):
+        has_switch = hasattr(self.loss, "diagnostics")
+        for epoch in range(cfg.epochs):
+            if has_switch:  # detached diagnostics (KL, clip fraction, ...) of the last epoch
+                self.loss.diagnostics = epoch == cfg.epochs - 1
             for minibatch in self._minibatches(flat, ctx.generator):
                 out = self.loss(minibatch)
                 total = sum(v for k, v in out.items() if k.startswith("loss_"))
