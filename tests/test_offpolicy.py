@@ -370,3 +370,34 @@ def test_sac_recipe_picks_the_discrete_variant(sac):
     env.close()
     assert isinstance(learner.loss, DiscreteSACLoss)
     assert learner.loss.target_entropy == pytest.approx(0.98 * math.log(2))
+
+
+def test_tanh_actor_policy_matches_the_actor():
+    from tensordict import TensorDict
+    from torchrl.envs.utils import ExplorationType, set_exploration_type
+
+    from rlkit.modules import make_actor
+    from rlkit.training.offpolicy import TanhActorPolicy
+
+    env = make_env("Pendulum-v1", num_envs=1, seed=0)
+    torch.manual_seed(0)
+    actor = make_actor(env.observation_spec, env.action_spec, tanh=True, hidden=(16,))
+    env.close()
+    policy = TanhActorPolicy(actor)
+    td = TensorDict({keys.OBSERVATION: torch.randn(64, 3)}, [64])
+    with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+        ours = policy(td.clone())
+        theirs = actor(td.clone())
+    torch.testing.assert_close(ours[keys.ACTION], theirs[keys.ACTION])
+    torch.testing.assert_close(ours[keys.ACTION], 2.0 * torch.tanh(ours[keys.LOC]))
+    with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
+        out = policy(td.clone())
+    action, loc, scale = out[keys.ACTION], out[keys.LOC], out[keys.SCALE]
+    assert action.abs().max() <= 2.0 and not torch.equal(action, 2.0 * torch.tanh(loc))
+    u = torch.atanh((action / 2.0).clamp(-1 + 1e-6, 1 - 1e-6))
+    by_hand = torch.distributions.Normal(loc, scale).log_prob(u) - torch.log(
+        2.0 * (1 - torch.tanh(u) ** 2)
+    )
+    torch.testing.assert_close(out[keys.ACTION_LOG_PROB], by_hand.sum(-1), atol=2e-3, rtol=1e-3)
+    with pytest.raises(TypeError, match="TanhNormal"):
+        TanhActorPolicy(make_actor(env.observation_spec, env.action_spec))

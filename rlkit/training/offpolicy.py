@@ -41,7 +41,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from rlkit import keys
-from rlkit.objectives.dqn import TD_ERROR, nstep_transitions
+from rlkit.objectives.dqn import TD_ERROR, call_network, nstep_transitions
 from rlkit.training import schedules
 from rlkit.training.config import TrainConfig, in_unit_interval, non_negative, positive
 from rlkit.training.engine import Context, Learner
@@ -145,12 +145,53 @@ class GreedyQPolicy(nn.Module):
         self.out_keys = [keys.ACTION_VALUE, keys.ACTION]
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        tensordict = self.q_network(tensordict)
-        q = tensordict.get(keys.ACTION_VALUE)
+        q = call_network(self.q_network, tensordict, keys.ACTION_VALUE)
+        tensordict.set(keys.ACTION_VALUE, q)
         action = q.argmax(-1)
         if self.one_hot:
             action = nn.functional.one_hot(action, q.shape[-1]).to(self.dtype or torch.int64)
         tensordict.set(keys.ACTION, action)
+        return tensordict
+
+
+class TanhActorPolicy(nn.Module):
+    r"""A TanhNormal ``ProbabilisticActor`` as a collection / evaluation policy, without
+    building TorchRL's distribution object at each step (about 1.1 ms -> 0.3 ms per call
+    for one env here): the same networks, the same density
+    (:func:`~rlkit.objectives.sac.tanh_normal_rsample`).
+
+    Under the ``RANDOM`` interaction type (collection) it samples
+    :math:`a = m + h\tanh(\mu + \sigma\epsilon)`; otherwise (the engine's deterministic
+    evaluation) it returns :math:`m + h\tanh\mu`, as ``TanhNormal.deterministic_sample``.
+    Writes ``loc``, ``scale``, ``action`` and ``action_log_prob`` like the actor.
+    """
+
+    def __init__(self, actor: nn.Module) -> None:
+        from rlkit.objectives.sac import _tanh_normal_parts
+
+        super().__init__()
+        parts = _tanh_normal_parts(actor)
+        if parts is None:
+            raise TypeError(
+                "TanhActorPolicy needs a ProbabilisticActor over TanhNormal(low, high) "
+                "(rlkit.modules.make_actor(..., tanh=True)); use the actor itself otherwise"
+            )
+        self._parts = [parts]  # a list: not registered, the actor owns the parameters
+        self.in_keys = list(parts[0].in_keys)
+        self.out_keys = [keys.LOC, keys.SCALE, keys.ACTION, keys.ACTION_LOG_PROB]
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        from tensordict.nn.probabilistic import InteractionType, interaction_type
+
+        from rlkit.objectives.sac import tanh_normal_rsample
+
+        params, low, high = self._parts[0]
+        loc, scale = params.module(*(tensordict.get(k) for k in self.in_keys))
+        noise = None if interaction_type() == InteractionType.RANDOM else torch.zeros_like(loc)
+        low, high = low.to(loc.device), high.to(loc.device)
+        action, log_prob = tanh_normal_rsample(loc, scale, low=low, high=high, noise=noise)
+        for key, value in zip(self.out_keys, (loc, scale, action, log_prob)):
+            tensordict.set(key, value)
         return tensordict
 
 
@@ -614,13 +655,17 @@ class SACLearner(OffPolicyLearner):
         if loss.learn_alpha:
             groups.append({"params": [loss.log_alpha], "lr": alpha_lr or cfg.lr})
         self.actor_optimizer = _adam(groups, cfg)
+        try:
+            policy = TanhActorPolicy(loss.actor)
+        except TypeError:  # categorical or custom actors run as they are
+            policy = loss.actor
         super().__init__(
             algo="sac",
             cfg=cfg,
             nets={"sac": loss},
             optimizers={"critic": self.critic_optimizer, "actor": self.actor_optimizer},
-            policy=loss.actor,
-            eval_policy=loss.actor,
+            policy=policy,
+            eval_policy=policy,
             action_spec=action_spec,
         )
 
