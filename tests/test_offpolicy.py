@@ -401,3 +401,47 @@ def test_tanh_actor_policy_matches_the_actor():
     torch.testing.assert_close(out[keys.ACTION_LOG_PROB], by_hand.sum(-1), atol=2e-3, rtol=1e-3)
     with pytest.raises(TypeError, match="TanhNormal"):
         TanhActorPolicy(make_actor(env.observation_spec, env.action_spec))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "recipe, args",
+    [
+        ("dqn", ["--steps-per-batch", "64", "--learning-starts", "64", "--utd-ratio", "0.25"]),
+        (
+            "sac",
+            [
+                "--steps-per-batch",
+                "8",
+                "--learning-starts",
+                "32",
+                "--batch-size",
+                "32",
+                "--log-every",
+                "1",
+            ],
+        ),
+    ],
+)
+def test_ddp_two_ranks_keep_parameters_identical(recipe, args, tmp_path):
+    import json
+    import os
+    import subprocess
+
+    run_dir = tmp_path / "ddp"
+    command = [
+        sys.executable, f"recipes/{recipe}.py", *args, "--hidden", "32",
+        "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp",
+        "--total-frames", "256", "--eval-every", "0", "--eval-episodes", "2",
+        "--progress", "false", "--run-dir", str(run_dir),
+    ]  # fmt: skip
+    proc = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["frames"] == 256
+    assert summary["rank_param_max_diff"] == 0.0
+    rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
+    assert float(rows[-1]["gradient_steps"]) > 0  # both ranks trained (same step count)

@@ -18,10 +18,11 @@ gradient steps and parameters stay identical. With ``--save-buffer`` (default on
 checkpoint holds the buffer's filled rows, write cursor and raw priorities, so a resumed run
 samples from the same data instead of refilling it.
 
-Uniform sampling draws all of a batch's minibatches with one ``sample`` call (the buffer does
-not change between them, so this is the same distribution as one call per step, at a
-fraction of TorchRL's per-call cost); prioritized sampling draws one minibatch per step, as
-priorities change after each.
+Uniform sampling draws all of a batch's minibatches at once: uniform indices with
+replacement, as TorchRL's ``RandomSampler``, read from the storage in one call (the buffer does
+not change between the minibatches, so this is the same distribution as one call per step, at
+a fraction of the per-call cost); prioritized sampling draws one minibatch per step through
+the ``PrioritizedSampler``, as priorities change after each.
 
 No algorithm maths lives here: :class:`~rlkit.objectives.DQNLoss` and
 :class:`~rlkit.objectives.SACLoss` hold it.
@@ -332,7 +333,10 @@ class Replay:
             for _ in range(steps):
                 yield self.buffer.sample(batch_size)
             return
-        yield from self.buffer.sample(steps * batch_size).split(batch_size)
+        # what RandomSampler does (uniform indices with replacement), read from the storage
+        # directly: 0.24 ms instead of 0.50 ms per call here
+        index = torch.randint(len(self.buffer), (steps * batch_size,))
+        yield from self.buffer.storage.get(index.to(self.device)).split(batch_size)
 
     # ------------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict[str, Any]:
