@@ -106,7 +106,7 @@ class Task:
 
 TASKS = {  # thresholds and budgets follow the published SB3 zoo bars (ARCHITECTURE.md)
     "ppo": Task(env="CartPole-v1", threshold=475, budget=100_000, eval_every=5000),
-    "dqn": Task(env="CartPole-v1", threshold=475, budget=50_000, eval_every=5000),
+    "dqn": Task(env="CartPole-v1", threshold=475, budget=100_000, eval_every=5000),
     "a2c": Task(env="CartPole-v1", threshold=475, budget=500_000, eval_every=10_000),
     "sac": Task(env="Pendulum-v1", threshold=-200, budget=20_000, eval_every=1000),
 }
