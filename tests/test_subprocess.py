@@ -160,3 +160,36 @@ def test_help_explains_flags():
         "--lr",
     ):
         assert flag in proc.stdout
+
+
+def test_import_prints_nothing():
+    proc = _run(
+        [
+            "-W",
+            "default",
+            "-c",
+            "import rlkit, rlkit.value, rlkit.modules, rlkit.envs, rlkit.objectives, "
+            "rlkit.training, rlkit.data.collector",
+        ]
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "" and proc.stderr == ""
+
+
+def test_a_short_run_prints_no_warnings(tmp_path):
+    proc = _run(
+        [
+            "recipes/ppo.py",
+            "--total-frames",
+            "512",
+            "--eval-every",
+            "256",
+            "--eval-episodes",
+            "2",
+            "--run-dir",
+            str(tmp_path),
+        ]
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Warning" not in proc.stderr and "warn" not in proc.stderr.lower()
+    assert "eval @" in proc.stderr  # progress and evaluation lines are there
