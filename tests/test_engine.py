@@ -286,3 +286,40 @@ def test_unsupported_action_space_is_named_before_training(ppo, tmp_path):
             ]
         )
     assert not (tmp_path / "metrics.csv").exists()
+
+
+def test_kl_adaptive_learning_rate_follows_the_rule_batch_by_batch(ppo, tmp_path):
+    import csv
+
+    ppo.main(
+        [
+            *TINY,
+            *QUIET,
+            "--total-frames",
+            "640",
+            "--eval-every",
+            "0",
+            "--run-dir",
+            str(tmp_path),
+            "--lr-schedule",
+            "kl",
+            "--kl-target",
+            "0.002",
+            "--lr",
+            "0.003",
+        ]
+    )
+    with (tmp_path / "metrics.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 10
+    lrs = [float(r["lr"]) for r in rows]
+    kls = [float(r["approx_kl"]) for r in rows]
+    assert lrs[0] == pytest.approx(0.003)
+    for k in range(len(rows) - 1):  # textbook rule: /1.5 above 2x target, x1.5 below half
+        expected = lrs[k]
+        if kls[k] > 2 * 0.002:
+            expected = lrs[k] / 1.5
+        elif kls[k] < 0.002 / 2:
+            expected = lrs[k] * 1.5
+        assert lrs[k + 1] == pytest.approx(expected, rel=1e-4), k
+    assert len(set(lrs)) > 1  # the schedule did move
