@@ -26,3 +26,8 @@ from rlkit.objectives.dqn import DQNLoss, nstep_transitions  # noqa: E402
 from rlkit.objectives.sac import DiscreteSACLoss, SACLoss  # noqa: E402
 
 __all__ += ["DQNLoss", "DiscreteSACLoss", "SACLoss", "nstep_transitions"]
+
+from rlkit.objectives.appo import APPOLoss  # noqa: E402
+from rlkit.objectives.impala import IMPALALoss  # noqa: E402
+
+__all__ += ["APPOLoss", "IMPALALoss"]

@@ -1,0 +1,276 @@
+r"""Multi-process collection for V-trace learners (IMPALA, APPO), asynchronous or synchronous.
+
+:class:`WorkerCollector` runs ``num_workers`` worker processes. Each owns a slice of the
+rank's envs (``make_env(env_id, num_envs=num_envs // num_workers)``), a CPU copy of the
+collection policy and an in-process :class:`~rlkit.data.collector.VectorEnvCollector`, and
+sends ``[n, T]`` batches back through a queue. The learner publishes weights (parameters
+*and* buffers, so observation-normaliser statistics travel with them) into shared memory
+with :meth:`WorkerCollector.update_policy_weights_`, which also increments the learner's
+policy version :math:`k`. A worker loads the newest weights before each rollout and stamps
+every step with the version it acted with, :math:`v`.
+
+* ``sync=False`` (asynchronous, IMPALA's actor-learner split): workers collect all the
+  time; a batch is the first ``num_workers`` worker batches in the queue (any worker),
+  concatenated along the env dim. Acting overlaps learning, so data lags the learner.
+* ``sync=True``: after each weight update every worker collects exactly one rollout with
+  the new weights, and the learner waits for all of them (ordered by worker): no overlap,
+  zero lag, deterministic for fixed seeds. The same processes and env count, so the two
+  modes compare fairly (``benchmarks/bench_async.py``).
+
+Each batch carries ``POLICY_VERSION`` (:math:`v`, ``[N, T]`` int64) and ``POLICY_LAG``
+(:math:`k - v` at the time the learner takes the batch, ``[N, T]`` int64); the collector
+also keeps the running mean lag (:attr:`WorkerCollector.mean_lag`). The behaviour
+log-prob :math:`\log\mu(a|s)` is the stored ``keys.ACTION_LOG_PROB`` written by the worker's
+policy at acting time, whatever version that was.
+
+Why not TorchRL's ``Collector(num_collectors=k)``: it works here, but its weight sync does
+not report which version produced a batch, and its per-step cost is 2.2x that of
+``VectorEnvCollector`` (``benchmarks/results/bench_collect.md``). Workers are started with
+the ``forkserver`` method (``fork`` is unsafe after torch / gloo initialisation; the server
+imports rlkit once, so later workers start fast).
+"""
+
+from __future__ import annotations
+
+import copy
+import queue
+from collections.abc import Callable, Iterator, Mapping
+from functools import partial
+from typing import Any
+
+import torch
+import torch.multiprocessing as mp
+from tensordict import TensorDictBase
+from torch import nn
+
+__all__ = [
+    "POLICY_LAG",
+    "POLICY_VERSION",
+    "WorkerCollector",
+    "worker_collector_factory",
+]
+
+#: ``[N, T]`` int64: the learner version of the weights that acted (0: the initial weights).
+POLICY_VERSION = ("collector", "policy_version")
+#: ``[N, T]`` int64: learner version when the batch was consumed minus ``POLICY_VERSION``.
+POLICY_LAG = ("collector", "policy_lag")
+
+_POLL_S = 0.05
+
+
+def _put(q, item, stop) -> bool:
+    while not stop.is_set():
+        try:
+            q.put(item, timeout=_POLL_S)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
+def _worker(
+    index: int,
+    env_id: str,
+    num_envs: int,
+    steps: int,
+    seed: int,
+    policy: nn.Module,
+    shared: Mapping[str, torch.Tensor],
+    version,
+    lock,
+    out_q,
+    go_q,
+    stop,
+    sync: bool,
+    env_kwargs: Mapping[str, Any],
+) -> None:
+    from rlkit.data.collector import make_collector
+    from rlkit.envs import make_env
+
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    env = make_env(env_id, num_envs=num_envs, seed=seed, **env_kwargs)
+    collector = make_collector(env, policy, frames_per_batch=num_envs * steps)
+    batches = iter(collector)
+    local = -1
+    try:
+        while not stop.is_set():
+            if sync:
+                try:
+                    if go_q.get(timeout=_POLL_S) is None:
+                        break
+                except queue.Empty:
+                    continue
+            if version.value != local:
+                with lock:
+                    policy.load_state_dict(shared)
+                    local = version.value
+            batch = next(batches)
+            batch.set(POLICY_VERSION, torch.full(batch.batch_size, local, dtype=torch.int64))
+            if not _put(out_q, (index, batch), stop):
+                break
+    finally:
+        collector.shutdown()
+        env.close()
+
+
+class WorkerCollector:
+    """Collect in worker processes; see the module docstring.
+
+    Args:
+        env_id: gymnasium id passed to :func:`rlkit.envs.make_env` in each worker.
+        policy: the learner's collection policy (a TensorDict module writing
+            ``keys.ACTION`` and ``keys.ACTION_LOG_PROB``). Workers get a CPU copy; the
+            learner's module is only read by :meth:`update_policy_weights_`.
+        num_envs: envs per batch, split evenly over the workers.
+        frames_per_batch: frames per learner batch, a multiple of ``num_envs``.
+        num_workers: worker processes (>= 1, dividing ``num_envs``).
+        sync: synchronous mode (see the module docstring).
+        seed: worker ``i`` seeds its envs and torch with ``seed + 100 * i``.
+        device: where batches are returned (``None``: CPU).
+        env_kwargs: extra arguments for ``make_env`` (e.g. ``max_episode_steps``).
+        queue_size: worker batches that may wait in the queue (async); lag grows with it.
+        start_method: ``"forkserver"`` (default) or ``"spawn"``.
+    """
+
+    def __init__(
+        self,
+        *,
+        env_id: str,
+        policy: nn.Module,
+        num_envs: int,
+        frames_per_batch: int,
+        num_workers: int = 1,
+        sync: bool = False,
+        seed: int = 0,
+        device: torch.device | str | None = None,
+        env_kwargs: Mapping[str, Any] | None = None,
+        queue_size: int | None = None,
+        start_method: str = "forkserver",
+    ) -> None:
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
+            raise ValueError(f"num_workers must be an int >= 1, got {num_workers!r}")
+        if num_envs % num_workers:
+            raise ValueError(
+                f"num_envs={num_envs} is not divisible by num_workers={num_workers}: each "
+                "worker steps the same number of envs; change --num-envs or --workers"
+            )
+        if frames_per_batch % num_envs:
+            raise ValueError(
+                f"frames_per_batch={frames_per_batch} is not a multiple of num_envs={num_envs}"
+            )
+        self.num_workers, self.sync = num_workers, bool(sync)
+        self.frames_per_batch = frames_per_batch
+        self.device = None if device is None else torch.device(device)
+        self.policy = policy
+        self.version = 0
+        self.lags: list[float] = []
+        ctx = mp.get_context(start_method)
+        if start_method == "forkserver":
+            ctx.set_forkserver_preload(["rlkit.training.async_collect", "rlkit.data.collector"])
+        local = copy.deepcopy(policy).cpu()
+        self._shared = {
+            k: v.detach().cpu().clone().share_memory_() for k, v in local.state_dict().items()
+        }
+        self._version = ctx.Value("q", 0)
+        self._lock = ctx.Lock()
+        self._stop = ctx.Event()
+        self._out = ctx.Queue(maxsize=queue_size or num_workers)
+        self._go = [ctx.Queue() for _ in range(num_workers)]
+        per_worker = num_envs // num_workers
+        steps = frames_per_batch // num_envs
+        self._procs = []
+        for i in range(num_workers):
+            args = (i, env_id, per_worker, steps, seed + 100 * i, local, self._shared)
+            args += (self._version, self._lock, self._out, self._go[i], self._stop, self.sync)
+            proc = ctx.Process(target=_worker, args=(*args, dict(env_kwargs or {})), daemon=True)
+            proc.start()
+            self._procs.append(proc)
+        self.closed = False
+
+    @property
+    def mean_lag(self) -> float:
+        """Mean policy lag over every step consumed so far (0.0 before the first batch)."""
+        return sum(self.lags) / len(self.lags) if self.lags else 0.0
+
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        while not self.closed:
+            yield self.next_batch()
+
+    def _get(self) -> tuple[int, TensorDictBase]:
+        while True:
+            try:
+                return self._out.get(timeout=1.0)
+            except queue.Empty:
+                dead = [i for i, p in enumerate(self._procs) if not p.is_alive()]
+                if dead:
+                    raise RuntimeError(
+                        f"collector worker(s) {dead} exited (exit codes "
+                        f"{[self._procs[i].exitcode for i in dead]}); see their stderr"
+                    ) from None
+
+    def next_batch(self) -> TensorDictBase:
+        """One learner batch ``[num_envs, T]`` (see the module docstring)."""
+        if self.sync:
+            for go in self._go:
+                go.put(True)
+        parts = [self._get() for _ in range(self.num_workers)]
+        if self.sync:
+            parts.sort(key=lambda item: item[0])
+        batch = torch.cat([b for _, b in parts], dim=0) if len(parts) > 1 else parts[0][1]
+        batch.names = [None, "time"]
+        lag = self.version - batch.get(POLICY_VERSION)
+        batch.set(POLICY_LAG, lag)
+        self.lags.append(float(lag.float().mean()))
+        return batch if self.device is None else batch.to(self.device)
+
+    @torch.no_grad()
+    def update_policy_weights_(self) -> None:
+        """Publish the learner policy's parameters and buffers; version += 1."""
+        state = self.policy.state_dict()
+        with self._lock:
+            for k, v in self._shared.items():
+                v.copy_(state[k])
+            self._version.value += 1
+        self.version += 1
+
+    def shutdown(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._stop.set()
+        for go in self._go:
+            go.put(None)
+        for proc in self._procs:
+            proc.join(timeout=5.0)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(timeout=1.0)
+        for q in (self._out, *self._go):
+            q.cancel_join_thread()
+            q.close()
+
+
+def worker_collector_factory(
+    *, num_workers: int, sync: bool, env_kwargs: Mapping[str, Any] | None = None
+) -> Callable[[Any, Any, Any], WorkerCollector]:
+    """``make_collector`` for :func:`rlkit.training.run`: a :class:`WorkerCollector` over the
+    rank's env count and frames per batch. Rank ``r`` seeds its workers from
+    ``seed + 1000 * r`` like the engine's own env."""
+    return partial(_build, num_workers=num_workers, sync=sync, env_kwargs=env_kwargs)
+
+
+def _build(env, learner, device, *, num_workers, sync, env_kwargs) -> WorkerCollector:
+    cfg = learner.cfg
+    rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+    return WorkerCollector(
+        env_id=cfg.env,
+        policy=learner.collect_policy(),
+        num_envs=int(env.batch_size[0]) if env.batch_size else cfg.num_envs,
+        frames_per_batch=learner.frames_per_batch,
+        num_workers=num_workers,
+        sync=sync,
+        seed=cfg.seed + 1000 * rank,
+        device=device,
+        env_kwargs=env_kwargs,
+    )

@@ -1,0 +1,190 @@
+"""Worker collection (sync and async), policy versions and lag, the IMPALA / APPO recipes."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from rlkit import keys
+from rlkit.data.collector import make_collector
+from rlkit.envs import make_env
+from rlkit.modules import make_actor, make_value
+from rlkit.objectives import IMPALALoss
+from rlkit.training import checkpoint as ckpt
+from rlkit.training.async_collect import POLICY_LAG, POLICY_VERSION, WorkerCollector
+from tests.test_engine import QUIET, ROOT, load_recipe
+
+TINY = ["--num-envs", "4", "--rollout-steps", "16", "--minibatch-size", "32", "--epochs", "2"]
+
+
+def nets(seed=0):
+    torch.manual_seed(seed)
+    env = make_env("CartPole-v1", num_envs=1, seed=0)
+    actor = make_actor(env.observation_spec, env.action_spec, hidden=(16,))
+    critic = make_value(env.observation_spec, hidden=(16,))
+    env.close()
+    return actor, critic
+
+
+_PERTURB = torch.Generator().manual_seed(123)
+
+
+def perturb(module, scale=0.2):
+    """A stand-in learner update (own generator: the global one drives action sampling)."""
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=_PERTURB))
+
+
+def test_sync_mode_equals_the_in_process_collector_and_has_no_lag():
+    actor, _ = nets()
+    collector = WorkerCollector(
+        env_id="CartPole-v1", policy=actor, num_envs=4, frames_per_batch=64, sync=True, seed=5
+    )
+    # reference: the same env, seeds and weights, collected in this process
+    reference_policy = copy.deepcopy(actor)
+    torch.manual_seed(5)
+    env = make_env("CartPole-v1", num_envs=4, seed=5)
+    reference = iter(make_collector(env, reference_policy, frames_per_batch=64))
+    try:
+        for step in range(3):
+            batch, expected = collector.next_batch(), next(reference)
+            for key in (keys.OBSERVATION, keys.ACTION, keys.ACTION_LOG_PROB, keys.REWARD):
+                torch.testing.assert_close(batch[key], expected[key])
+            assert (batch[POLICY_VERSION] == step).all() and (batch[POLICY_LAG] == 0).all()
+            perturb(actor)
+            reference_policy.load_state_dict(actor.state_dict())
+            collector.update_policy_weights_()
+        assert collector.mean_lag == 0.0
+    finally:
+        collector.shutdown()
+        env.close()
+
+
+def test_async_batches_carry_the_acting_version_and_rho_uses_it():
+    actor, critic = nets()
+    collector = WorkerCollector(
+        env_id="CartPole-v1", policy=actor, num_envs=4, frames_per_batch=64, seed=1
+    )
+    snapshots = {0: copy.deepcopy(actor)}
+    loss = IMPALALoss(actor, critic, gamma=0.99)
+    lags = []
+    try:
+        for _ in range(6):
+            batch = collector.next_batch()
+            versions = batch[POLICY_VERSION][:, 0]
+            assert (batch[POLICY_VERSION] == versions[:, None]).all()  # one version per rollout
+            lag = collector.version - versions
+            assert (batch[POLICY_LAG] == lag[:, None]).all()
+            lags += lag.tolist()
+            for row, v in enumerate(versions.tolist()):
+                mu = snapshots[v]  # the weights published as version v
+                with torch.no_grad():
+                    log_mu = mu.get_dist(batch[row]).log_prob(batch[row][keys.ACTION])
+                    log_pi = actor.get_dist(batch[row]).log_prob(batch[row][keys.ACTION])
+                torch.testing.assert_close(batch[row][keys.ACTION_LOG_PROB], log_mu)
+                rho = loss.vtrace(batch)["rho"][row]
+                torch.testing.assert_close(rho, (log_pi - log_mu).exp())
+            perturb(actor)  # a learner update
+            collector.update_policy_weights_()
+            snapshots[collector.version] = copy.deepcopy(actor)
+    finally:
+        collector.shutdown()
+    assert max(lags) >= 1  # stale data was really produced
+    assert collector.mean_lag == pytest.approx(sum(lags) / len(lags))
+
+
+def test_worker_collector_rejects_uneven_splits():
+    actor, _ = nets()
+    with pytest.raises(ValueError, match="not divisible by num_workers"):
+        WorkerCollector(
+            env_id="CartPole-v1", policy=actor, num_envs=3, frames_per_batch=48, num_workers=2
+        )
+
+
+def test_appo_checkpoint_keeps_target_network_and_normaliser_and_resumes(tmp_path):
+    appo = load_recipe("appo")
+    args = [*TINY, *QUIET, "--normalize-obs", "true", "--eval-every", "0"]
+    args += ["--tau", "0.5", "--run-dir", str(tmp_path / "run")]
+    first = appo.main([*args, "--total-frames", "256"])
+    assert first["frames"] == 256
+    payload = ckpt.load(tmp_path / "run" / "checkpoints" / "last.pt")
+    target = payload["modules"]["target_actor"]
+    assert int(target["step_count"]) == 4  # one Polyak step per batch
+    stats = payload["modules"]["obs_norm"]
+    assert float(stats["count"]) > 256 - 1  # every observation of the 4 batches
+    # the target's copy of the normaliser statistics was synced with the learner's
+    norm_keys = [k for k in target if k.endswith("mean") and "module" in k]
+    assert norm_keys and torch.equal(target[norm_keys[0]], stats["mean"])
+    second = appo.main([*args, "--total-frames", "512", "--resume", "last"])
+    assert second["frames"] == 512
+    payload = ckpt.load(tmp_path / "run" / "checkpoints" / "last.pt")
+    assert int(payload["modules"]["target_actor"]["step_count"]) == 8  # schedule continued
+    assert float(payload["modules"]["obs_norm"]["count"]) > 512 - 1
+    columns = (tmp_path / "run" / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"policy_lag", "rho_mean", "approx_kl"} <= set(columns)
+
+
+def test_impala_runs_in_sync_mode_and_logs_zero_lag(tmp_path):
+    impala = load_recipe("impala")
+    run_dir = tmp_path / "impala"
+    summary = impala.main(
+        [
+            *TINY,
+            *QUIET,
+            "--total-frames",
+            "256",
+            "--sync-collect",
+            "true",
+            "--run-dir",
+            str(run_dir),
+        ]
+        + ["--epochs", "1", "--minibatch-size", "64"]  # one gradient step per batch
+    )
+    assert summary["frames"] == 256
+    import csv
+
+    rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
+    assert rows and all(float(r["policy_lag"]) == 0.0 for r in rows if r.get("policy_lag"))
+    # on-policy data, scored before the batch's only step: rho = pi / mu = 1
+    assert all(float(r["rho_mean"]) == pytest.approx(1.0) for r in rows if r.get("rho_mean"))
+
+
+@pytest.mark.parametrize(
+    "recipe,flag,value,message",
+    [
+        ("impala", "--rho-clip", "0", "rho_clip must be a number > 0"),
+        ("impala", "--c-clip", "-1", "c_clip must be a number > 0"),
+        ("appo", "--vtrace-lambda", "1.5", r"vtrace lambda must be in \[0, 1\]"),
+        ("appo", "--tau", "0", r"--tau must be in \(0, 1\]"),
+        ("appo", "--tau", "1.1", r"--tau must be in \(0, 1\]"),
+        ("appo", "--workers", "3", "--workers must be >= 1 and divide --num-envs"),
+    ],
+)
+def test_bad_flags_are_named(recipe, flag, value, message, capsys):
+    module = load_recipe(recipe)
+    with pytest.raises(SystemExit) as exit_info:  # argparse's one-line error, status 2
+        module.main([flag, value])
+    assert exit_info.value.code == 2
+    assert re.search(message, capsys.readouterr().err)
+
+
+@pytest.mark.slow
+def test_appo_ddp_keeps_parameters_identical(tmp_path):
+    run_dir = tmp_path / "ddp"
+    command = [sys.executable, "recipes/appo.py", "--accelerator", "cpu", "--devices", "2"]
+    command += ["--strategy", "ddp", "--total-frames", "2048", "--eval-every", "0"]
+    command += ["--eval-episodes", "2", "--progress", "false", "--run-dir", str(run_dir)]
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["frames"] == 2048
+    assert summary["rank_param_max_diff"] == 0.0
+    payload = ckpt.load(run_dir / "checkpoints" / "last.pt")
+    assert int(payload["modules"]["target_actor"]["step_count"]) == 4

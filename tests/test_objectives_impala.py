@@ -1,0 +1,240 @@
+"""IMPALALoss against a textbook V-trace written here (sum form of the paper's eq. 1)."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
+from torchrl.modules import ProbabilisticActor
+
+from rlkit import keys
+from rlkit.objectives import IMPALALoss, total_loss
+
+N, T, OBS = 3, 6, 4
+
+
+def reference_vtrace(log_mu, log_pi, r, v, v_next, done, term, *, gamma, lmbda, rho_bar, c_bar, pg):
+    """Per-row textbook loops over python floats: v_s by the explicit sum, A_s by its rule."""
+    rows, steps = len(r), len(r[0])
+    vs = [[0.0] * steps for _ in range(rows)]
+    adv = [[0.0] * steps for _ in range(rows)]
+    for n in range(rows):
+        rho = [math.exp(log_pi[n][t] - log_mu[n][t]) for t in range(steps)]
+        delta = [
+            min(rho_bar, rho[t])
+            * (r[n][t] + gamma * (0.0 if term[n][t] else v_next[n][t]) - v[n][t])
+            for t in range(steps)
+        ]
+        for s in range(steps):
+            total, coef = 0.0, 1.0
+            for t in range(s, steps):
+                total += gamma ** (t - s) * coef * delta[t]
+                if done[n][t]:
+                    break
+                coef *= lmbda * min(c_bar, rho[t])
+            vs[n][s] = v[n][s] + total
+        for s in range(steps):
+            nxt = v_next[n][s] if (done[n][s] or s == steps - 1) else vs[n][s + 1]
+            nxt = 0.0 if term[n][s] else nxt
+            adv[n][s] = min(pg, rho[s]) * (r[n][s] + gamma * nxt - v[n][s])
+    return vs, adv
+
+
+def discrete_nets(seed=0):
+    torch.manual_seed(seed)
+    actor = ProbabilisticActor(
+        TensorDictModule(torch.nn.Linear(OBS, 2), [keys.OBSERVATION], [keys.LOGITS]),
+        in_keys=[keys.LOGITS],
+        distribution_class=torch.distributions.Categorical,
+        return_log_prob=True,
+        log_prob_key=keys.ACTION_LOG_PROB,
+    )
+    critic = TensorDictModule(torch.nn.Linear(OBS, 1), [keys.OBSERVATION], [keys.STATE_VALUE])
+    return actor, critic
+
+
+def make_batch(behaviour, *, continuous=False, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    obs = torch.randn(N, T, OBS, generator=g)
+    td = TensorDict({keys.OBSERVATION: obs}, batch_size=[N, T])
+    with torch.no_grad():
+        behaviour(td)
+    done = torch.zeros(N, T, 1, dtype=torch.bool)
+    term = torch.zeros_like(done)
+    done[0, 2] = term[0, 2] = True  # termination
+    done[1, 3] = True  # truncation: bootstrap from V(next obs)
+    # a real trajectory: next observation = the following observation, except at a done step
+    nxt = torch.cat([obs[:, 1:], torch.randn(N, 1, OBS, generator=g)], dim=1)
+    nxt = torch.where(done, torch.randn(N, T, OBS, generator=g), nxt)
+    td.set(keys.NEXT_OBSERVATION, nxt)
+    td.set(keys.REWARD, torch.randn(N, T, 1, generator=g))
+    td.set(keys.DONE, done)
+    td.set(keys.TERMINATED, term)
+    return td
+
+
+def older_policy(actor, scale=0.3):
+    """A copy of ``actor`` with perturbed weights: the behaviour policy of a lagged batch."""
+    old = copy.deepcopy(actor)
+    with torch.no_grad():
+        for p in old.parameters():
+            p.add_(scale * torch.randn_like(p))
+    return old
+
+
+def as_lists(x):
+    return x.reshape(N, T).tolist()
+
+
+@pytest.mark.parametrize("lmbda,rho_bar,c_bar,pg", [(1.0, 1.0, 1.0, 1.0), (0.9, 2.0, 0.5, 1.5)])
+def test_rho_and_losses_match_textbook_on_a_lagged_batch(lmbda, rho_bar, c_bar, pg):
+    actor, critic = discrete_nets()
+    mu = older_policy(actor)
+    td = make_batch(mu)
+    loss = IMPALALoss(
+        actor,
+        critic,
+        gamma=0.9,
+        vtrace_lambda=lmbda,
+        rho_clip=rho_bar,
+        c_clip=c_bar,
+        pg_rho_clip=pg,
+        entropy_coef=0.01,
+        value_coef=0.5,
+    )
+    # pi(a) and mu(a) from the two networks' softmax at the stored actions
+    action = td[keys.ACTION]
+    with torch.no_grad():
+        logp_pi = torch.log_softmax(actor.module[0].module(td[keys.OBSERVATION]), -1)
+        logp_mu = torch.log_softmax(mu.module[0].module(td[keys.OBSERVATION]), -1)
+        logp_pi = logp_pi.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        logp_mu = logp_mu.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        v = critic.module(td[keys.OBSERVATION]).squeeze(-1)
+        v_next = critic.module(td[keys.NEXT_OBSERVATION]).squeeze(-1)
+    torch.testing.assert_close(td[keys.ACTION_LOG_PROB], logp_mu)  # stored log mu
+    vt = loss.vtrace(td)
+    torch.testing.assert_close(vt["rho"], (logp_pi - logp_mu).exp())
+    assert (vt["rho"] - 1).abs().max() > 0.05  # the lag matters here
+
+    vs, adv = reference_vtrace(
+        as_lists(logp_mu),
+        as_lists(logp_pi),
+        as_lists(td[keys.REWARD]),
+        as_lists(v),
+        as_lists(v_next),
+        as_lists(td[keys.DONE]),
+        as_lists(td[keys.TERMINATED]),
+        gamma=0.9,
+        lmbda=lmbda,
+        rho_bar=rho_bar,
+        c_bar=c_bar,
+        pg=pg,
+    )
+    vs, adv = torch.tensor(vs), torch.tensor(adv)
+    torch.testing.assert_close(vt["value_target"], vs)
+    torch.testing.assert_close(vt["advantage"], adv)
+
+    out = loss(td)
+    entropy = torch.distributions.Categorical(
+        logits=actor.module[0].module(td[keys.OBSERVATION])
+    ).entropy()
+    torch.testing.assert_close(out["loss_policy"], -(adv * logp_pi).mean())
+    torch.testing.assert_close(out["loss_value"], 0.5 * (0.5 * (v - vs) ** 2).mean())
+    torch.testing.assert_close(out["loss_entropy"], -0.01 * entropy.mean())
+    torch.testing.assert_close(out["rho_mean"], vt["rho"].mean())
+
+
+def test_on_policy_rho_is_one_and_value_target_is_the_lambda_one_return():
+    actor, critic = discrete_nets()
+    td = make_batch(actor)
+    vt = IMPALALoss(actor, critic, gamma=0.9).vtrace(td)
+    torch.testing.assert_close(vt["rho"], torch.ones(N, T))
+    # on-policy, rho = c = 1: v_s = sum of discounted rewards to the cut + bootstrap
+    r, d, term = td[keys.REWARD].squeeze(-1), td[keys.DONE].squeeze(-1), td[keys.TERMINATED]
+    with torch.no_grad():
+        v_next = critic.module(td[keys.NEXT_OBSERVATION]).squeeze(-1)
+    expected = torch.zeros(N, T)
+    for n in range(N):
+        g = 0.0
+        for t in reversed(range(T)):
+            if d[n, t] or t == T - 1:
+                g = 0.0 if term[n, t] else float(v_next[n, t])
+            g = float(r[n, t]) + 0.9 * g
+            expected[n, t] = g
+    torch.testing.assert_close(vt["value_target"], expected)
+
+
+def test_continuous_actions_and_sum_reduction():
+    torch.manual_seed(0)
+    from rlkit.envs import make_env
+    from rlkit.modules import make_actor, make_value
+
+    env = make_env("Pendulum-v1", num_envs=1, seed=0)
+    actor = make_actor(env.observation_spec, env.action_spec, hidden=(8,))
+    critic = make_value(env.observation_spec, hidden=(8,))
+    env.close()
+    g = torch.Generator().manual_seed(3)
+    td = TensorDict({keys.OBSERVATION: torch.randn(N, T, 3, generator=g)}, batch_size=[N, T])
+    mu = older_policy(actor, scale=0.1)
+    with torch.no_grad():
+        mu(td)
+    td.set(keys.NEXT_OBSERVATION, torch.randn(N, T, 3, generator=g))
+    td.set(keys.REWARD, torch.randn(N, T, 1, generator=g))
+    td.set(keys.DONE, torch.zeros(N, T, 1, dtype=torch.bool))
+    td.set(keys.TERMINATED, torch.zeros(N, T, 1, dtype=torch.bool))
+    mean_loss = IMPALALoss(actor, critic, entropy_coef=0.0)
+    sum_loss = IMPALALoss(actor, critic, entropy_coef=0.0, reduction="sum")
+    vt = mean_loss.vtrace(td)
+    with torch.no_grad():
+        expected_rho = (
+            actor.get_dist(td).log_prob(td[keys.ACTION]) - td[keys.ACTION_LOG_PROB]
+        ).exp()
+    torch.testing.assert_close(vt["rho"], expected_rho.reshape(N, T))
+    a, b = mean_loss(td), sum_loss(td)
+    for k in ("loss_policy", "loss_value"):
+        torch.testing.assert_close(b[k], a[k] * N * T)
+    total_loss(a).backward()
+
+
+def test_gradient_routing():
+    actor, critic = discrete_nets()
+    td = make_batch(older_policy(actor))
+    out = IMPALALoss(actor, critic, entropy_coef=0.01)(td)
+    out["loss_value"].backward(retain_graph=True)
+    assert all(p.grad is None for p in actor.parameters())
+    assert all(p.grad is not None for p in critic.parameters())
+    critic.zero_grad()
+    (out["loss_policy"] + out["loss_entropy"]).backward()
+    assert all(p.grad is not None for p in actor.parameters())
+    assert all(p.grad is None or p.grad.abs().sum() == 0 for p in critic.parameters())
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(rho_clip=0.0), "rho_clip must be a number > 0"),
+        (dict(c_clip=-1.0), "c_clip must be a number > 0"),
+        (dict(pg_rho_clip=0), "pg_rho_clip must be a number > 0"),
+        (dict(vtrace_lambda=1.5), r"vtrace lambda must be in \[0, 1\]"),
+        (dict(vtrace_lambda=-0.1), r"vtrace lambda must be in \[0, 1\]"),
+        (dict(reduction="max"), "reduction must be 'mean' or 'sum'"),
+    ],
+)
+def test_bad_arguments_are_named(kwargs, message):
+    actor, critic = discrete_nets()
+    with pytest.raises(ValueError, match=message):
+        IMPALALoss(actor, critic, **kwargs)
+
+
+def test_flattened_batch_and_missing_keys_are_named():
+    actor, critic = discrete_nets()
+    td = make_batch(actor)
+    loss = IMPALALoss(actor, critic)
+    with pytest.raises(ValueError, match=r"needs a \[N, T\] batch of trajectories"):
+        loss(td.reshape(-1))
+    with pytest.raises(KeyError, match="action_log_prob"):
+        loss(td.exclude(keys.ACTION_LOG_PROB))
