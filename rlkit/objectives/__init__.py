@@ -31,3 +31,7 @@ from rlkit.objectives.appo import APPOLoss  # noqa: E402
 from rlkit.objectives.impala import IMPALALoss  # noqa: E402
 
 __all__ += ["APPOLoss", "IMPALALoss"]
+
+from rlkit.objectives.ppg import PPGAuxLoss  # noqa: E402
+
+__all__ += ["PPGAuxLoss"]

@@ -1,0 +1,507 @@
+r"""PPG's learner: a policy phase of PPO batches, then an auxiliary phase over all of them.
+
+Phasic Policy Gradient (Cobbe et al. 2020, Algorithm 1)::
+
+    for phase = 1, 2, ...
+        for iteration = 1 .. n_pi                        # policy phase: one batch each
+            collect a batch, GAE -> advantage, value target
+            policy epochs of the clipped surrogate, value epochs of the value loss
+            store (observation, value target) of the batch in the buffer B
+        record pi_old(.|s) (and V(s)) for every s in B   # before any aux update
+        for epoch = 1 .. aux_epochs                      # auxiliary phase
+            for each minibatch of whole rollouts of B
+                L_aux = L_aux_value + beta_clone * KL(pi_old || pi) + L_value
+
+The policy-phase update reuses :class:`~rlkit.training.onpolicy.PolicyGradientLearner`
+(schedules, minibatching, observation normalisation); this learner adds separate policy /
+value epochs, full-batch advantage normalisation, the buffer and the auxiliary phase, and
+checkpoints the buffer and the position in the phase cycle so a resume continues the cycle
+exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torch import nn
+from torchrl.modules import ValueOperator
+
+from rlkit import keys
+from rlkit.objectives.common import LOSS_ENTROPY, LOSS_POLICY, LOSS_VALUE, total_loss
+from rlkit.objectives.functional import standardize
+from rlkit.objectives.ppg import AUX_STATE_VALUE, KL_MAX, PRE_AUX, policy_kl
+from rlkit.training import schedules
+from rlkit.training.config import non_negative, positive
+from rlkit.training.engine import Context
+from rlkit.training.onpolicy import (
+    Normalize,
+    OnPolicyConfig,
+    PolicyGradientLearner,
+    _Mean,
+    make_optimizer,
+)
+
+__all__ = [
+    "ARCHS",
+    "INIT_FNS",
+    "PPGConfig",
+    "PPGLearner",
+    "PPGNetworks",
+    "build_ppg_networks",
+    "record_pre_aux",
+]
+
+ARCHS = ("dual", "shared")
+INIT_FNS = ("orthogonal", "xavier_uniform", "xavier_normal")
+ENCODERS = ("mlp", "impala")
+
+
+def _help(text: str, **kw: Any) -> dict[str, Any]:
+    return {"help": text, **kw}
+
+
+@dataclass(frozen=True)
+class PPGConfig(OnPolicyConfig):
+    """Flags of PPG (on top of the on-policy ones; ``--epochs`` is the policy epochs)."""
+
+    n_pi: int = field(default=32, metadata=_help("policy-phase iterations (batches) per phase"))
+    value_epochs: int | None = field(
+        default=None, metadata=_help("value epochs per policy-phase batch (none: --epochs)")
+    )
+    aux_epochs: int = field(default=6, metadata=_help("auxiliary-phase epochs over the buffer"))
+    aux_minibatches: int = field(
+        default=4, metadata=_help("auxiliary minibatches (of whole rollouts) per epoch")
+    )
+    aux_grad_accum: int = field(
+        default=1, metadata=_help("chunks each aux minibatch's gradient is accumulated over")
+    )
+    beta_clone: float = field(default=1.0, metadata=_help("weight of KL(pi_old || pi)"))
+    aux_value_coef: float = field(default=1.0, metadata=_help("weight of the aux value loss"))
+    aux_true_value_coef: float = field(
+        default=1.0, metadata=_help("weight of the true value loss in the aux phase")
+    )
+    aux_lr: float | None = field(
+        default=None, metadata=_help("auxiliary learning rate (none: --lr; scheduled alike)")
+    )
+    aux_optimizer: str = field(
+        default="separate",
+        metadata=_help(
+            "separate: its own Adam (reference); shared: the policy phase's optimizer",
+            choices=("separate", "shared"),
+        ),
+    )
+    arch: str = field(
+        default="dual",
+        metadata=_help(
+            "dual: separate policy and value networks; shared: one trunk, detached value head",
+            choices=ARCHS,
+        ),
+    )
+    encoder: str = field(
+        default="mlp",
+        metadata=_help("mlp, or impala (IMPALA CNN for image observations)", choices=ENCODERS),
+    )
+    init_fn: str = field(
+        default="orthogonal",
+        metadata=_help("weight initialisation of every layer", choices=INIT_FNS),
+    )
+    full_batch_advantage_norm: bool = field(
+        default=False,
+        metadata=_help("standardise advantages over the whole batch (not per minibatch)"),
+    )
+    clip_epsilon: float = field(default=0.2, metadata=_help("policy ratio clip range"))
+    clip_epsilon_final: float | None = field(
+        default=None, metadata=_help("clip range at the end (linear); none: constant")
+    )
+    value_clip: float | None = field(
+        default=None, metadata=_help("PPO2 value clipping range (both phases); none: off")
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        positive(self, "n_pi", "aux_minibatches", "aux_grad_accum", "clip_epsilon")
+        positive(self, "value_epochs", "aux_lr", "value_clip")
+        non_negative(self, "aux_epochs", "beta_clone", "aux_value_coef", "aux_true_value_coef")
+        rollouts = self.n_pi * self.num_envs
+        if self.aux_epochs and self.aux_minibatches > rollouts:
+            raise ValueError(
+                f"--aux-minibatches {self.aux_minibatches} exceeds the rollouts in the buffer "
+                f"(--n-pi {self.n_pi} x --num-envs {self.num_envs} = {rollouts}): lower it"
+            )
+        per_minibatch = rollouts // self.aux_minibatches
+        if self.aux_epochs and self.aux_grad_accum > per_minibatch:
+            raise ValueError(
+                f"--aux-grad-accum {self.aux_grad_accum} exceeds the rollouts per aux "
+                f"minibatch ({per_minibatch}): lower it or --aux-minibatches"
+            )
+
+
+# --------------------------------------------------------------------------- networks
+@dataclass
+class PPGNetworks:
+    """The three heads PPG trains; ``trunk`` is the policy network's shared body."""
+
+    actor: nn.Module
+    critic: nn.Module
+    aux_critic: nn.Module
+    trunk: nn.Module
+    obs_norm: nn.Module | None = None
+
+
+class _Detach(nn.Module):
+    """Stop gradients: the shared layout's value head must not train the trunk."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.detach()
+
+
+class _ChannelsFirst(nn.Module):
+    """``[*, H, W, C]`` gymnasium images -> ``[*, C, H, W]``, then the encoder."""
+
+    def __init__(self, encoder: nn.Module) -> None:
+        super().__init__()
+        self.encoder, self.out_features = encoder, encoder.out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.encoder(x.movedim(-1, -3))
+
+
+def _encoder(cfg: PPGConfig, obs_shape: Sequence[int], obs_norm: nn.Module | None):
+    """(module, output width) of the feature extractor before the MLP layers."""
+    if cfg.encoder == "impala":
+        from rlkit.modules import ImpalaCNN
+
+        if cfg.normalize_obs:
+            raise ValueError(
+                "--normalize-obs applies to vector observations; the IMPALA CNN scales uint8 "
+                "pixels to [0, 1] itself: drop --normalize-obs or use --encoder mlp"
+            )
+        if len(obs_shape) != 3:
+            raise ValueError(
+                f"--encoder impala needs image observations [H, W, C] or [C, H, W], got shape "
+                f"{list(obs_shape)}; use --encoder mlp for vector observations"
+            )
+        channels_last = obs_shape[-1] <= 4 < obs_shape[0]
+        chw = (obs_shape[2], obs_shape[0], obs_shape[1]) if channels_last else tuple(obs_shape)
+        cnn = ImpalaCNN(chw)
+        return (_ChannelsFirst(cnn) if channels_last else cnn), cnn.out_features
+    if len(obs_shape) != 1:
+        raise ValueError(
+            f"--encoder mlp needs flat vector observations, got shape {list(obs_shape)}; use "
+            "--encoder impala for images"
+        )
+    width = int(obs_shape[0])
+    return (Normalize(obs_norm) if obs_norm is not None else None), width
+
+
+def init_weights_(module: nn.Module, init_fn: str) -> None:
+    """Re-initialise every Linear / Conv weight with ``init_fn`` (gain 1) and zero biases.
+
+    ``"orthogonal"`` keeps the builders' orthogonal initialisation (gain sqrt 2 hidden,
+    0.01 policy head, 1 value head). The Xavier choices follow the seed implementation's
+    ``init_fn``; output heads are then scaled like the orthogonal ones (x0.01 for the policy
+    head) so the initial policy stays near uniform.
+    """
+    if init_fn not in INIT_FNS:
+        raise ValueError(f"init_fn must be one of {INIT_FNS}, got {init_fn!r}")
+    if init_fn == "orthogonal":
+        return
+    fn = nn.init.xavier_uniform_ if init_fn == "xavier_uniform" else nn.init.xavier_normal_
+    for m in module.modules():
+        if isinstance(m, nn.Linear | nn.Conv2d):
+            fn(m.weight)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+
+def build_ppg_networks(cfg: PPGConfig, env) -> PPGNetworks:
+    """Actor, critic and auxiliary value head in the ``cfg.arch`` layout.
+
+    ``dual`` (paper default): policy network = trunk -> policy head and trunk -> aux value
+    head; a separate value network of the same shape. ``shared`` (the paper's single-network
+    "detach" variant): one trunk; policy head, aux head, and a value head that reads the
+    trunk's features detached, so value training never moves the trunk.
+    """
+    from rlkit.modules import make_actor
+    from rlkit.modules.networks import mlp, mlp_body
+
+    obs_spec, act_spec = env.observation_spec, env.action_spec
+    obs_shape = obs_spec[keys.OBSERVATION].shape[len(env.batch_size) :]
+    obs_norm = None
+    if cfg.normalize_obs:
+        from rlkit.modules.normalization import RunningMeanStd
+
+        obs_norm = RunningMeanStd(obs_shape)
+
+    def body() -> tuple[nn.Module, int]:
+        enc, width = _encoder(cfg, obs_shape, obs_norm)
+        layers = mlp_body(width, hidden=cfg.hidden, activation=cfg.activation)
+        return (layers if enc is None else nn.Sequential(enc, layers)), cfg.hidden[-1]
+
+    trunk, width = body()
+    net = dict(hidden=(), activation=cfg.activation, backbone=trunk, in_features=width)
+    actor = make_actor(obs_spec, act_spec, **net)
+
+    def value_head(features: nn.Module, out_key: str) -> ValueOperator:
+        return ValueOperator(
+            nn.Sequential(features, mlp(width, 1, hidden=())),
+            in_keys=[keys.OBSERVATION],
+            out_keys=[out_key],
+        )
+
+    aux_critic = value_head(trunk, AUX_STATE_VALUE)
+    if cfg.arch == "shared":
+        critic = value_head(nn.Sequential(trunk, _Detach()), keys.STATE_VALUE)
+    else:
+        critic = value_head(body()[0], keys.STATE_VALUE)
+    for m in (actor, critic, aux_critic):
+        init_weights_(m, cfg.init_fn)
+    if cfg.init_fn != "orthogonal":
+        with torch.no_grad():  # near-uniform initial policy, as the orthogonal 0.01 head
+            for p in _policy_head(actor):
+                p.mul_(0.01)
+    return PPGNetworks(actor, critic, aux_critic, trunk, obs_norm)
+
+
+def _policy_head(actor: nn.Module) -> list[nn.Parameter]:
+    """Parameters of the actor's last Linear layer (its policy head)."""
+    linears = [m for m in actor.modules() if isinstance(m, nn.Linear)]
+    return list(linears[-1].parameters())
+
+
+# --------------------------------------------------------------------------- recording
+@torch.no_grad()
+def record_pre_aux(
+    actor: nn.Module, critic: nn.Module, td: TensorDictBase, *, chunk: int = 4096
+) -> TensorDictBase:
+    """Write the current policy's distribution parameters and V(s) under ``PRE_AUX``.
+
+    Run once over the whole buffer before the auxiliary phase's first update (the
+    reference's ``compute_presleep_outputs``), in chunks of ``chunk`` rollouts' rows.
+    Returns ``td`` (written in place).
+    """
+    dist_keys = list(actor[-1].in_keys)
+    flat = td.reshape(-1) if td.batch_dims > 1 else td
+    outs = []
+    for start in range(0, flat.shape[0], chunk):
+        part = flat[start : start + chunk]
+        params = actor.get_dist_params(part.select(*actor.in_keys))
+        value = critic(part.select(*critic.in_keys)).get(keys.STATE_VALUE)
+        sub = params.select(*dist_keys)
+        sub.set(keys.STATE_VALUE, value)
+        outs.append(sub)
+    pre = torch.cat(outs, 0).reshape(td.batch_size)
+    td.set(PRE_AUX, TensorDict(dict(pre.items()), batch_size=td.batch_size))
+    return td
+
+
+# --------------------------------------------------------------------------- learner
+class PPGLearner(PolicyGradientLearner):
+    """Phasic Policy Gradient on top of :class:`PolicyGradientLearner`.
+
+    Args:
+        nets: the networks (:func:`build_ppg_networks`).
+        estimator: writes ``advantage`` and ``value_target`` (``rlkit.value.GAE``).
+        loss: the policy-phase loss (``PPOLoss(actor, critic, ...)``).
+        aux_loss: :class:`~rlkit.objectives.PPGAuxLoss` over the same networks.
+        cfg: a :class:`PPGConfig`.
+        loss_schedules: as for :class:`PolicyGradientLearner`.
+
+    Optimisers: ``optimizer`` (policy phase) over the actor and critic; the auxiliary head
+    gets no gradient there, so it is left out of it. ``aux_optimizer`` (with
+    ``--aux-optimizer separate``, the reference's choice) over every parameter; with
+    ``shared`` the policy-phase optimiser (then built over the aux head too) is used with
+    the auxiliary learning rate.
+    """
+
+    def __init__(
+        self,
+        *,
+        nets: PPGNetworks,
+        estimator: nn.Module,
+        loss: nn.Module,
+        aux_loss: nn.Module,
+        cfg: PPGConfig,
+        loss_schedules: Mapping[str, tuple[float, float]] | None = None,
+    ) -> None:
+        super().__init__(
+            algo="ppg",
+            actor=nets.actor,
+            critic=nets.critic,
+            estimator=estimator,
+            loss=loss,
+            cfg=cfg,
+            obs_norm=nets.obs_norm,
+            loss_schedules=loss_schedules,
+        )
+        self.aux_critic, self.aux_loss = nets.aux_critic, aux_loss
+        self.nets["aux_critic"] = nets.aux_critic
+        every = list({id(p): p for p in self.nets.parameters()}.values())
+        if cfg.aux_optimizer == "shared":
+            self.optimizer = make_optimizer(cfg, every)
+            self.aux_optimizer = self.optimizer
+        else:
+            self.aux_optimizer = make_optimizer(cfg, every)
+        self.phase_iteration = 0
+        self.buffer: list[TensorDict] = []
+        self._aux_params = every
+
+    # ---------------------------------------------------------------- Learner interface
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        out = {"optimizer": self.optimizer}
+        if self.aux_optimizer is not self.optimizer:
+            out["aux_optimizer"] = self.aux_optimizer
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["phase_iteration"] = self.phase_iteration
+        if self.buffer:
+            stacked = torch.stack(self.buffer, 0)
+            state["buffer"] = {k: v for k, v in stacked.items()}
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.phase_iteration = int(state.get("phase_iteration", 0))
+        self.buffer = []
+        if "buffer" in state:
+            data = dict(state["buffer"])
+            n = next(iter(data.values())).shape[0]
+            batch = next(iter(data.values())).shape[1:3]
+            stacked = TensorDict(data, batch_size=[n, *batch])
+            self.buffer = [stacked[i].clone() for i in range(n)]
+        if len(self.buffer) != self.phase_iteration:
+            raise ValueError(
+                f"PPG checkpoint holds {len(self.buffer)} buffered batches at policy-phase "
+                f"iteration {self.phase_iteration}: the checkpoint is inconsistent"
+            )
+
+    # ---------------------------------------------------------------- the update
+    def _aux_lr(self, lr: float) -> float:
+        """The auxiliary learning rate follows the policy-phase schedule's ratio."""
+        cfg = self.cfg
+        return (cfg.aux_lr if cfg.aux_lr is not None else cfg.lr) * (lr / cfg.lr)
+
+    def update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
+        cfg = self.cfg
+        sched = self.apply_schedules(ctx.progress)
+        with torch.no_grad():
+            self.estimator(batch)
+        result = self.policy_phase_update(batch, ctx)
+        if cfg.aux_epochs > 0:
+            self.buffer.append(self._store(batch))
+        self.phase_iteration += 1
+        if self.phase_iteration == cfg.n_pi:
+            if cfg.aux_epochs > 0:
+                result |= self.aux_phase(ctx, lr=self._aux_lr(sched["lr"]))
+                schedules.set_lr(self.optimizer, sched["lr"])
+            self.phase_iteration, self.buffer = 0, []
+        if self.kl_lr is not None and "approx_kl" in result:
+            self.kl_lr.update(float(ctx.all_reduce_mean(torch.tensor(result["approx_kl"]))))
+        if self.obs_norm is not None:
+            self.obs_norm.update(ctx.all_gather(batch.get(keys.OBSERVATION)))
+        return result | sched | {"phase_iteration": float(self.phase_iteration)}
+
+    def _store(self, batch: TensorDictBase) -> TensorDict:
+        """Observation and value target of a batch, ``[N, T]``: N whole rollouts."""
+        return TensorDict(
+            {
+                keys.OBSERVATION: batch.get(keys.OBSERVATION).clone(),
+                keys.VALUE_TARGET: batch.get(keys.VALUE_TARGET).clone(),
+            },
+            batch_size=batch.batch_size[:2],
+        )
+
+    def policy_phase_update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
+        """``max(epochs, value_epochs)`` epochs; an epoch past one count weights its terms 0.
+
+        Weighting by 0 (not dropping the term) is the reference's ``name2coef`` and keeps
+        every parameter's gradient present, so one and several devices step alike.
+        """
+        cfg = self.cfg
+        flat = batch.reshape(-1).select(*self.loss.in_keys, strict=False)
+        if cfg.full_batch_advantage_norm:
+            flat.set(keys.ADVANTAGE, standardize(flat.get(keys.ADVANTAGE)))
+        value_epochs = cfg.value_epochs or cfg.epochs
+        n_epochs = max(cfg.epochs, value_epochs)
+        stats = _Mean()
+        for epoch in range(n_epochs):
+            self.loss.diagnostics = epoch == n_epochs - 1
+            pi_coef = 1.0 if epoch < cfg.epochs else 0.0
+            v_coef = 1.0 if epoch < value_epochs else 0.0
+            for minibatch in self._minibatches(flat, ctx.generator):
+                out = self.loss(minibatch)
+                total = pi_coef * (out[LOSS_POLICY] + out[LOSS_ENTROPY]) + v_coef * out[LOSS_VALUE]
+                grad_norm = ctx.optimize(total, self.optimizer, max_grad_norm=cfg.max_grad_norm)
+                if self.loss.diagnostics:
+                    stats.add({k: v for k, v in out.items() if v.numel() == 1})
+                    stats.add({"grad_norm": grad_norm})
+        return stats.result()
+
+    def aux_phase(self, ctx: Context, *, lr: float) -> dict[str, float]:
+        """Record pi_old over the buffer, then ``aux_epochs`` passes of the auxiliary loss."""
+        cfg = self.cfg
+        data = torch.cat(self.buffer, 0)  # [rollouts, T]
+        record_pre_aux(self.actor, self.critic, data)
+        schedules.set_lr(self.aux_optimizer, lr)
+        rollouts = data.shape[0]
+        size = math.ceil(rollouts / cfg.aux_minibatches)
+        stats = _Mean()
+        for _ in range(cfg.aux_epochs):
+            order = torch.randperm(rollouts, generator=ctx.generator)
+            for idx in order.split(size):
+                out, grad_norm = self.aux_step(data[idx], ctx)
+                stats.add({k: v for k, v in out.items() if v.numel() == 1})
+                stats.add({"grad_norm": grad_norm})
+        result = stats.result() | {"lr": lr, "policy_kl_after": self._kl_after(data)}
+        return {f"aux/{k}": v for k, v in result.items()}
+
+    @torch.no_grad()
+    def _kl_after(self, data: TensorDictBase) -> float:
+        """Mean KL(pi_old || pi) over the whole buffer once the auxiliary phase is done."""
+        flat = data.reshape(-1)
+        new = self.actor.get_dist(flat.select(*self.actor.in_keys))
+        kl = policy_kl(self.aux_loss.old_distribution(flat), new).mean()
+        return float(kl)
+
+    def aux_step(self, minibatch: TensorDictBase, ctx: Context) -> tuple[TensorDict, float]:
+        """One optimiser step on a minibatch, its gradient accumulated over chunks.
+
+        Chunks 1..k-1 are differentiated with ``torch.autograd.grad`` (one chunk's graph in
+        memory at a time); the last chunk's loss gets ``sum_p <p, g_acc_p>`` added, whose
+        gradient is exactly the accumulated ``g_acc``, so :meth:`Context.optimize` (which
+        zeroes gradients before its backward) still all-reduces, clips and checks the full
+        minibatch gradient. Each chunk's loss is weighted by its share of the rollouts, so
+        the result equals one backward of the whole minibatch's mean loss.
+        """
+        n = minibatch.shape[0]
+        chunks = torch.arange(n).tensor_split(self.cfg.aux_grad_accum)
+        params = self._aux_params
+        acc: list[torch.Tensor | None] | None = None
+        parts = []
+        for i, idx in enumerate(chunks):
+            out = self.aux_loss(minibatch[idx])
+            loss = total_loss(out) * (len(idx) / n)
+            parts.append((out, len(idx) / n))
+            if i < len(chunks) - 1:
+                grads = torch.autograd.grad(loss, params, allow_unused=True)
+                acc = (
+                    list(grads)
+                    if acc is None
+                    else [
+                        a if g is None else (g if a is None else a + g) for a, g in zip(acc, grads)
+                    ]
+                )
+        if acc is not None:
+            loss = loss + sum((p * g).sum() for p, g in zip(params, acc) if g is not None)
+        grad_norm = ctx.optimize(loss, self.aux_optimizer, max_grad_norm=self.cfg.max_grad_norm)
+        names = list(parts[0][0].keys())  # a TensorDict iterates over its batch dims
+        merged = {k: sum(o.get(k).detach() * w for o, w in parts) for k in names}
+        merged[KL_MAX] = torch.stack([o.get(KL_MAX) for o, _ in parts]).max()
+        return TensorDict(merged, batch_size=[]), grad_norm
