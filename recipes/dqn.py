@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from torch import nn
+
 from rlkit.modules import q_critic_discrete
 from rlkit.modules.critics import action_kind, observation_features
 from rlkit.objectives import DQNLoss
@@ -75,6 +77,14 @@ class DQNConfig(OffPolicyConfig):
         default=0.99, metadata={"help": "per-batch factor of the exponential epsilon decay"}
     )
     log_every: int = field(default=1, metadata={"help": "write metrics every this many batches"})
+    init: str = field(
+        default="torch",
+        metadata={
+            "help": "Q network initialisation: orthogonal (rlkit) or torch (PyTorch's default, "
+            "as SB3's DQN)",
+            "choices": ("orthogonal", "torch"),
+        },
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -108,6 +118,10 @@ def build(cfg: DQNConfig, env) -> DQNLearner:
         )
     width = observation_features(env.observation_spec)
     q = q_critic_discrete(width, info.size, hidden=cfg.hidden, activation=cfg.activation)
+    if cfg.init == "torch":
+        for layer in q.modules():
+            if isinstance(layer, nn.Linear):
+                layer.reset_parameters()
     loss = DQNLoss(
         q,
         gamma=cfg.gamma,

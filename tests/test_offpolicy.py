@@ -445,3 +445,19 @@ def test_ddp_two_ranks_keep_parameters_identical(recipe, args, tmp_path):
     assert summary["rank_param_max_diff"] == 0.0
     rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
     assert float(rows[-1]["gradient_steps"]) > 0  # both ranks trained (same step count)
+
+
+def test_dqn_init_flag_picks_the_initialisation(dqn):
+    env = make_env("CartPole-v1", num_envs=1, seed=0)
+    layers = {}
+    for init in ("torch", "orthogonal"):
+        learner = dqn.build(dqn.DQNConfig(init=init, hidden=(64,)), env)
+        layers[init] = [
+            m for m in learner.loss.q_network.modules() if isinstance(m, torch.nn.Linear)
+        ]
+    env.close()
+    first = layers["torch"][0]  # PyTorch's default: U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+    assert first.weight.abs().max() <= 1 / math.sqrt(4) and first.bias.abs().sum() > 0
+    hidden = layers["orthogonal"][1].weight  # orthogonal rows, zero biases
+    torch.testing.assert_close(hidden @ hidden.T, torch.eye(2), atol=1e-5, rtol=0)
+    assert all(layer.bias.abs().sum() == 0 for layer in layers["orthogonal"])
