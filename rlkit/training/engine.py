@@ -160,18 +160,8 @@ class Context:
             self._params[id(optimizer)] = params
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         if self.world_size > 1:
-            flat = torch.cat([g.reshape(-1) for g in grads])
-            flat = self.fabric.all_reduce(flat, reduce_op="mean")
-            offset = 0
-            for p, g in zip(params, grads):
-                n = g.numel()
-                if p.grad is None:
-                    p.grad = flat[offset : offset + n].view_as(p).clone()
-                else:
-                    p.grad.copy_(flat[offset : offset + n].view_as(p))
-                offset += n
+            self._all_reduce_grads(params)
         norm = torch.nn.utils.clip_grad_norm_(
             params, max_grad_norm if max_grad_norm else math.inf, foreach=True
         )
@@ -184,6 +174,32 @@ class Context:
         optimizer.step()
         self.counters.updates += 1
         return norm_value
+
+    def _all_reduce_grads(self, params: list[torch.Tensor]) -> None:
+        """Average gradients over ranks in one all-reduce of a flat buffer.
+
+        A parameter that no rank reached keeps ``grad = None``, so the optimiser skips it
+        exactly as it does on one rank (e.g. an auxiliary head outside its phase); one that
+        some rank reached gets the mean over ranks, a rank that did not reach it counting 0.
+        """
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        reached = torch.tensor(
+            [p.grad is not None for p in params], dtype=grads[0].dtype, device=grads[0].device
+        )
+        flat = torch.cat([*(g.reshape(-1) for g in grads), reached])
+        flat = self.fabric.all_reduce(flat, reduce_op="sum")
+        reached = flat[-len(params) :].tolist()
+        flat = flat[: -len(params)] / self.world_size
+        offset = 0
+        for p, g, used in zip(params, grads, reached):
+            n = g.numel()
+            if used == 0:
+                p.grad = None
+            elif p.grad is None:
+                p.grad = flat[offset : offset + n].view_as(p).clone()
+            else:
+                p.grad.copy_(flat[offset : offset + n].view_as(p))
+            offset += n
 
 
 # --------------------------------------------------------------------------- helpers
