@@ -53,6 +53,13 @@ VALUE_TARGET = "value_target"
 #: written by ``rlkit.value.VTrace``.
 VTRACE_RHO = "vtrace_rho"
 
+#: PPG: the auxiliary value head V_aux(s) on the policy network, ``[*, 1]``.
+AUX_STATE_VALUE = "aux_state_value"
+#: PPG: sub-TensorDict recorded before the auxiliary phase's first update: the policy's
+#: distribution parameters (``(PRE_AUX, "logits")`` or ``(PRE_AUX, "loc")`` /
+#: ``(PRE_AUX, "scale")``) and the critic's value ``(PRE_AUX, "state_value")`` ``[*, 1]``.
+PRE_AUX = "pre_aux"
+
 NEXT = "next"
 REWARD = (NEXT, "reward")
 DONE = (NEXT, "done")

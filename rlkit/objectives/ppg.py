@@ -43,12 +43,9 @@ __all__ = [
     "policy_kl",
 ]
 
-#: Key the auxiliary value head writes, ``[*, 1]`` (V_aux(s), on the policy network).
-AUX_STATE_VALUE = "aux_state_value"
-#: Sub-TensorDict holding what was recorded before the auxiliary phase's first update: the
-#: policy's distribution parameters (``(PRE_AUX, "logits")`` or ``(PRE_AUX, "loc")`` /
-#: ``(PRE_AUX, "scale")``) and the critic's value ``(PRE_AUX, "state_value")`` ``[*, 1]``.
-PRE_AUX = "pre_aux"
+#: Keys the auxiliary phase reads and writes (documented in :mod:`rlkit.keys`).
+AUX_STATE_VALUE = keys.AUX_STATE_VALUE
+PRE_AUX = keys.PRE_AUX
 
 LOSS_AUX_VALUE = "loss_aux_value"
 LOSS_DISTILL = "loss_distill"
