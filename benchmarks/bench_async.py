@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import statistics
 import sys
 import time
@@ -91,17 +92,22 @@ def measure(mode: str, args: argparse.Namespace, seed: int) -> dict:
         )
     ctx = Context(_OneProcess(), cfg.total_frames, Counters())
     lags: list[float] = []
+    wait = update = 0.0
     try:
         batches = iter(collector)
         for i in range(args.warmup + args.batches):
             if i == args.warmup:
                 start = time.perf_counter()
+            t0 = time.perf_counter()
             batch = next(batches)
+            t1 = time.perf_counter()
             metrics = learner.update(batch, ctx)
             collector.update_policy_weights_()
+            t2 = time.perf_counter()
             ctx.counters.frames += batch.numel()
             if i >= args.warmup:
                 lags.append(metrics.get("policy_lag", 0.0))
+                wait, update = wait + t1 - t0, update + t2 - t1
         seconds = time.perf_counter() - start
     finally:
         collector.shutdown()
@@ -114,6 +120,10 @@ def measure(mode: str, args: argparse.Namespace, seed: int) -> dict:
         "seconds": round(seconds, 3),
         "fps": round(frames / seconds, 1),
         "mean_lag": round(sum(lags) / len(lags), 3),
+        # learner time waiting for a batch vs updating: async hides the first behind the second
+        "learner_wait_s": round(wait, 3),
+        "learner_update_s": round(update, 3),
+        "load_average_1min": round(os.getloadavg()[0], 2),
     }
 
 
@@ -160,22 +170,31 @@ def main() -> None:
         "summary": summary,
         "rows": rows,
     }
+
+    def mean_of(mode: str, key: str) -> float:
+        return round(statistics.mean(x[key] for x in rows if x["mode"] == mode), 3)
+
     table = markdown_table(
-        ["mode", "median frames/s", "mean policy lag"],
+        ["mode", "median frames/s", "mean policy lag", "learner wait s", "learner update s"],
         [
-            [m, fps[m], statistics.mean(x["mean_lag"] for x in rows if x["mode"] == m)]
+            [m, fps[m], mean_of(m, "mean_lag"), mean_of(m, "learner_wait_s")]
+            + [mean_of(m, "learner_update_s")]
             for m in MODES
         ],
     )
     markdown = (
         "# Asynchronous vs synchronous collection (APPO, CartPole-v1)\n\n"
-        f"`{command_line()}`, commit `{payload['commit']}`, {args.workers} worker(s), "
+        f"`{command_line()}`, commit `{payload['commit']['commit'][:10]}`"
+        f"{' (uncommitted changes)' if payload['commit'].get('dirty') else ''}, "
+        f"{args.workers} worker(s), "
         f"8 envs x 32 steps, {args.batches} timed batches x {args.repeats} repeats.\n\n"
         f"{table}\n\n"
         f"async / sync (median of paired repeats): **{summary['async_over_sync_median']}** "
         f"(per repeat {summary['async_over_sync_per_repeat']}); bar >= 1.3. "
         f"Mean policy lag of async batches: **{summary['async_mean_policy_lag']}** "
-        "learner updates.\n"
+        "learner updates. 1-minute load average during the runs: "
+        f"{[x['load_average_1min'] for x in rows]} on {os.cpu_count()} cores "
+        "(other engineers' jobs share the machine; overlap needs an idle core).\n"
     )
     write_results(REPO_ROOT / "benchmarks" / "results" / "bench_async", payload, markdown)
 

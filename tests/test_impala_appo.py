@@ -68,7 +68,22 @@ def test_sync_mode_equals_the_in_process_collector_and_has_no_lag():
 
 
 def test_async_batches_carry_the_acting_version_and_rho_uses_it():
-    actor, critic = nets()
+    from rlkit.modules.normalization import RunningMeanStd
+    from rlkit.training.onpolicy import Normalize
+
+    # an actor with an observation normaliser: its statistics must travel with the weights
+    env = make_env("CartPole-v1", num_envs=1, seed=0)
+    stats = RunningMeanStd((4,))
+    torch.manual_seed(0)
+    actor = make_actor(
+        env.observation_spec,
+        env.action_spec,
+        hidden=(16,),
+        backbone=Normalize(stats),
+        in_features=4,
+    )
+    critic = make_value(env.observation_spec, hidden=(16,))
+    env.close()
     collector = WorkerCollector(
         env_id="CartPole-v1", policy=actor, num_envs=4, frames_per_batch=64, seed=1
     )
@@ -92,6 +107,7 @@ def test_async_batches_carry_the_acting_version_and_rho_uses_it():
                 rho = loss.vtrace(batch)["rho"][row]
                 torch.testing.assert_close(rho, (log_pi - log_mu).exp())
             perturb(actor)  # a learner update
+            stats.update(torch.randn(64, 4, generator=_PERTURB) * 3 + 1)  # central statistics
             collector.update_policy_weights_()
             snapshots[collector.version] = copy.deepcopy(actor)
     finally:

@@ -23,11 +23,13 @@ also keeps the running mean lag (:attr:`WorkerCollector.mean_lag`). The behaviou
 log-prob :math:`\log\mu(a|s)` is the stored ``keys.ACTION_LOG_PROB`` written by the worker's
 policy at acting time, whatever version that was.
 
-Why not TorchRL's ``Collector(num_collectors=k)``: it works here, but its weight sync does
-not report which version produced a batch, and its per-step cost is 2.2x that of
-``VectorEnvCollector`` (``benchmarks/results/bench_collect.md``). Workers are started with
-the ``forkserver`` method (``fork`` is unsafe after torch / gloo initialisation; the server
-imports rlkit once, so later workers start fast).
+Why a small worker loop and not TorchRL's multi-process collectors
+(``Collector(num_collectors=k)``): the lag needs the version of the weights behind every
+batch, which this loop stamps where it loads them, and each worker can run the in-process
+``VectorEnvCollector`` (2.2x TorchRL's ``Collector`` per step,
+``benchmarks/results/bench_collect.md``). Workers are started with the ``forkserver``
+method (``fork`` is unsafe after torch / gloo initialisation; the server imports rlkit
+once, so later workers start fast).
 """
 
 from __future__ import annotations
