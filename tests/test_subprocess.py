@@ -193,3 +193,33 @@ def test_a_short_run_prints_no_warnings(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "Warning" not in proc.stderr and "warn" not in proc.stderr.lower()
     assert "eval @" in proc.stderr  # progress and evaluation lines are there
+
+
+@pytest.mark.slow
+def test_ddp_spawn_strategy_runs_ranks_in_spawned_processes(tmp_path):
+    run_dir = tmp_path / "spawn"
+    proc = _run(
+        [
+            "recipes/appo.py",
+            "--accelerator",
+            "cpu",
+            "--devices",
+            "2",
+            "--strategy",
+            "ddp_spawn",
+            "--total-frames",
+            "4096",
+            "--eval-every",
+            "0",
+            "--eval-episodes",
+            "2",
+            "--progress",
+            "false",
+            "--run-dir",
+            str(run_dir),
+        ]
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["frames"] == 4096
+    assert summary["rank_param_max_diff"] == 0.0

@@ -318,9 +318,15 @@ class Engine:
         self.make_collector = make_collector or default_collector
 
     def fit(self) -> dict[str, Any]:
-        cfg = self.cfg
-        fabric = make_fabric(cfg)
-        fabric.launch()
+        fabric = make_fabric(self.cfg)
+        if self.cfg.strategy in ("ddp_spawn", "ddp_fork", "ddp_notebook"):
+            # these launchers start the ranks themselves and run a function in each; rank 0's
+            # return value comes back here
+            return fabric.launch(self._run_rank)
+        fabric.launch()  # "ddp" re-runs the script for the other ranks (needs a main guard)
+        return self._run_rank(fabric)
+
+    def _run_rank(self, fabric) -> dict[str, Any]:
         try:
             return self._fit(fabric)
         finally:
