@@ -60,6 +60,11 @@ AUX_STATE_VALUE = "aux_state_value"
 #: ``(PRE_AUX, "scale")``) and the critic's value ``(PRE_AUX, "state_value")`` ``[*, 1]``.
 PRE_AUX = "pre_aux"
 
+#: Worker collectors: the learner's weights version that collected each step, ``[*]`` int64,
+#: and the lag (learner version when the batch was used minus that version), ``[*]`` int64.
+POLICY_VERSION = ("collector", "policy_version")
+POLICY_LAG = ("collector", "policy_lag")
+
 NEXT = "next"
 REWARD = (NEXT, "reward")
 DONE = (NEXT, "done")

@@ -34,14 +34,26 @@ def test_tutorial_swaps_a_custom_loss_into_the_ppo_recipe(monkeypatch):
     assert "approx_kl" in header and "loss_policy" in header
 
 
-@pytest.mark.parametrize("page", ["training.md", "recipes/ppo.md", "recipes/a2c.md"])
+@pytest.mark.parametrize(
+    "page",
+    [
+        "training.md",
+        "recipes/ppo.md",
+        "recipes/a2c.md",
+        "recipes/ppg.md",
+        "recipes/impala.md",
+        "recipes/appo.md",
+        "recipes/dqn.md",
+        "recipes/sac.md",
+    ],
+)
 def test_recipe_pages_name_only_real_flags(page):
     """Every --flag a page mentions exists in the recipe it documents (or the shared ones)."""
     import subprocess
     import sys
 
     text = (ROOT / "docs" / page).read_text()
-    recipe = "a2c" if "a2c" in page else "ppo"
+    recipe = Path(page).stem if page.startswith("recipes/") else "ppo"
     helptext = subprocess.run(
         [sys.executable, f"recipes/{recipe}.py", "--help"],
         cwd=ROOT,
@@ -58,6 +70,10 @@ def test_recipe_pages_name_only_real_flags(page):
         "--nodes",
         "--ntasks-per-node",
         "--gpus-per-node",
+        # flags of benchmarks/bench_learning.py, quoted in the results sections
+        "--jobs",
+        "--required",
+        "--seeds",
     }
     for flag in set(re.findall(r"(--[a-z][a-z0-9-]+)", text)) - ignore:
         assert flag in helptext, f"{page} mentions {flag}, which {recipe}.py does not have"

@@ -45,6 +45,8 @@ import torch.multiprocessing as mp
 from tensordict import TensorDictBase
 from torch import nn
 
+from rlkit import keys
+
 __all__ = [
     "POLICY_LAG",
     "POLICY_VERSION",
@@ -53,9 +55,9 @@ __all__ = [
 ]
 
 #: ``[N, T]`` int64: the learner version of the weights that acted (0: the initial weights).
-POLICY_VERSION = ("collector", "policy_version")
+POLICY_VERSION = keys.POLICY_VERSION
 #: ``[N, T]`` int64: learner version when the batch was consumed minus ``POLICY_VERSION``.
-POLICY_LAG = ("collector", "policy_lag")
+POLICY_LAG = keys.POLICY_LAG
 
 _POLL_S = 0.05
 
