@@ -37,6 +37,9 @@ class SACConfig(OffPolicyConfig):
     env: str = field(default="Pendulum-v1", metadata={"help": "gymnasium environment id"})
     total_frames: int = field(default=20_000, metadata={"help": "frames to train for"})
     eval_every: int = field(default=1000, metadata={"help": "evaluate every this many frames"})
+    batch_size: int = field(
+        default=128, metadata={"help": "transitions per gradient step (SB3's default: 256)"}
+    )
     lr: float = field(default=1e-3, metadata={"help": "critic learning rate"})
     actor_lr: float | None = field(default=None, metadata={"help": "actor lr (none: --lr)"})
     alpha_lr: float | None = field(default=None, metadata={"help": "temperature lr (none: --lr)"})
