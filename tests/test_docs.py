@@ -70,7 +70,9 @@ def test_recipe_pages_name_only_real_flags(page):
         "--nodes",
         "--ntasks-per-node",
         "--gpus-per-node",
-        # flags of benchmarks/bench_learning.py, quoted in the results sections
+        # flags of benchmarks/bench_learning.py and bench_vs_sb3.py, quoted in the results
+        "--algo",
+        "--phases",
         "--jobs",
         "--required",
         "--seeds",
