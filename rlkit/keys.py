@@ -65,6 +65,13 @@ PRE_AUX = "pre_aux"
 POLICY_VERSION = ("collector", "policy_version")
 POLICY_LAG = ("collector", "policy_lag")
 
+#: Replay: discount of the bootstrap term, gamma^m for an m-step transition, ``[*, 1]``
+#: (``rlkit.objectives.dqn.nstep_transitions`` writes it).
+BOOTSTRAP_DISCOUNT = "bootstrap_discount"
+#: Replay: importance-sampling weight of a prioritized sample, ``[*]`` (TorchRL's
+#: ``PrioritizedSampler`` writes it under this name).
+PRIORITY_WEIGHT = "priority_weight"
+
 NEXT = "next"
 REWARD = (NEXT, "reward")
 DONE = (NEXT, "done")

@@ -52,12 +52,10 @@ __all__ = [
     "nstep_transitions",
 ]
 
-#: ``[*, 1]`` discount of the bootstrap term, :math:`\gamma^{m}` for an m-step transition;
-#: written by :func:`nstep_transitions`, read by losses built with ``n_steps > 1``.
-BOOTSTRAP_DISCOUNT = "bootstrap_discount"
-#: ``[*]`` importance-sampling weight of a prioritized replay sample (TorchRL's
-#: ``PrioritizedSampler`` writes it under this name).
-PRIORITY_WEIGHT = "priority_weight"
+#: Batch keys documented in :mod:`rlkit.keys`: the m-step bootstrap discount ``[*, 1]``
+#: (written by :func:`nstep_transitions`) and the prioritized-replay weight ``[*]``.
+BOOTSTRAP_DISCOUNT = keys.BOOTSTRAP_DISCOUNT
+PRIORITY_WEIGHT = keys.PRIORITY_WEIGHT
 #: ``[B]`` detached absolute TD error per sample in a loss's output (new replay priorities).
 TD_ERROR = "td_error"
 TARGET_MEAN = "target_mean"
