@@ -110,16 +110,13 @@ def build(cfg: PPGConfig, env) -> PPGLearner:
         value_coef=cfg.aux_true_value_coef,
         value_clip_epsilon=cfg.value_clip,
     )
-    schedules = {}
-    if cfg.clip_epsilon_final is not None:
-        schedules["clip_epsilon"] = (cfg.clip_epsilon, cfg.clip_epsilon_final)
     return PPGLearner(
         nets=nets,
         estimator=estimator,
         loss=loss,
         aux_loss=aux_loss,
         cfg=cfg,
-        loss_schedules=schedules,
+        loss_schedules=cfg.loss_schedules,
     )
 
 

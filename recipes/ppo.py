@@ -20,14 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rlkit.objectives import PPOLoss
-from rlkit.training import OnPolicyConfig, PolicyGradientLearner, cli, parse_config, run
-from rlkit.training.onpolicy import build_actor_critic
+from rlkit.training import PolicyGradientLearner, cli, parse_config, run
+from rlkit.training.onpolicy import ClipConfig, build_actor_critic
 from rlkit.value import GAE
 
 
 # 1. config ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class PPOConfig(OnPolicyConfig):
+class PPOConfig(ClipConfig):
     """Train PPO. Defaults solve CartPole-v1 (rl-zoo3's tuned settings); flags override."""
 
     total_frames: int = field(default=100_000, metadata={"help": "frames to train for"})
@@ -44,20 +44,9 @@ class PPOConfig(OnPolicyConfig):
     )
     gamma: float = field(default=0.98, metadata={"help": "discount factor"})
     gae_lambda: float = field(default=0.8, metadata={"help": "GAE lambda"})
-    clip_epsilon: float = field(default=0.2, metadata={"help": "policy ratio clip range"})
     clip_epsilon_final: float | None = field(
         default=0.0, metadata={"help": "clip range at the end (linear); none: constant"}
     )
-    value_clip: float | None = field(
-        default=None, metadata={"help": "PPO2 value clipping range; none: unclipped value loss"}
-    )
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.clip_epsilon <= 0:
-            raise ValueError(f"--clip-epsilon must be > 0, got {self.clip_epsilon}")
-        if self.value_clip is not None and self.value_clip <= 0:
-            raise ValueError(f"--value-clip must be > 0 or none, got {self.value_clip}")
 
 
 #: Settings that override the defaults for an environment (flags and --config still win).
@@ -92,9 +81,6 @@ def build(cfg: PPOConfig, env) -> PolicyGradientLearner:
         value_clip_epsilon=cfg.value_clip,
         normalize_advantage=cfg.normalize_advantage,
     )
-    schedules = {}
-    if cfg.clip_epsilon_final is not None:
-        schedules["clip_epsilon"] = (cfg.clip_epsilon, cfg.clip_epsilon_final)
     return PolicyGradientLearner(
         algo="ppo",
         actor=actor,
@@ -103,7 +89,7 @@ def build(cfg: PPOConfig, env) -> PolicyGradientLearner:
         loss=loss,
         cfg=cfg,
         obs_norm=obs_norm,
-        loss_schedules=schedules,
+        loss_schedules=cfg.loss_schedules,
     )
 
 

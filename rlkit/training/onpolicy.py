@@ -90,6 +90,30 @@ class OnPolicyConfig(TrainConfig):
         return self.num_envs * self.rollout_steps
 
 
+@dataclass(frozen=True)
+class ClipConfig(OnPolicyConfig):
+    """Flags of the clipped-surrogate family (PPO, PPG): ratio and value clip ranges."""
+
+    clip_epsilon: float = field(default=0.2, metadata=_help("policy ratio clip range"))
+    clip_epsilon_final: float | None = field(
+        default=None, metadata=_help("clip range at the end (linear); none: constant")
+    )
+    value_clip: float | None = field(
+        default=None, metadata=_help("PPO2 value clipping range; none: unclipped value loss")
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        positive(self, "clip_epsilon", "value_clip")
+
+    @property
+    def loss_schedules(self) -> dict[str, tuple[float, float]]:
+        """``loss_schedules`` for :class:`PolicyGradientLearner` (the annealed clip range)."""
+        if self.clip_epsilon_final is None:
+            return {}
+        return {"clip_epsilon": (self.clip_epsilon, self.clip_epsilon_final)}
+
+
 def make_optimizer(cfg: OnPolicyConfig, params) -> torch.optim.Optimizer:
     params = list(params)
     # Adam: fused (one kernel for every parameter, CPU and CUDA), measured 140 us per step

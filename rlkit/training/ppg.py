@@ -39,8 +39,8 @@ from rlkit.training import schedules
 from rlkit.training.config import non_negative, positive
 from rlkit.training.engine import Context
 from rlkit.training.onpolicy import (
+    ClipConfig,
     Normalize,
-    OnPolicyConfig,
     PolicyGradientLearner,
     _Mean,
     make_optimizer,
@@ -66,7 +66,7 @@ def _help(text: str, **kw: Any) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class PPGConfig(OnPolicyConfig):
+class PPGConfig(ClipConfig):
     """Flags of PPG (on top of the on-policy ones; ``--epochs`` is the policy epochs)."""
 
     n_pi: int = field(default=32, metadata=_help("policy-phase iterations (batches) per phase"))
@@ -114,18 +114,11 @@ class PPGConfig(OnPolicyConfig):
         default=False,
         metadata=_help("standardise advantages over the whole batch (not per minibatch)"),
     )
-    clip_epsilon: float = field(default=0.2, metadata=_help("policy ratio clip range"))
-    clip_epsilon_final: float | None = field(
-        default=None, metadata=_help("clip range at the end (linear); none: constant")
-    )
-    value_clip: float | None = field(
-        default=None, metadata=_help("PPO2 value clipping range (both phases); none: off")
-    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        positive(self, "n_pi", "aux_minibatches", "aux_grad_accum", "clip_epsilon")
-        positive(self, "value_epochs", "aux_lr", "value_clip")
+        positive(self, "n_pi", "aux_minibatches", "aux_grad_accum")
+        positive(self, "value_epochs", "aux_lr")
         non_negative(self, "aux_epochs", "beta_clone", "aux_value_coef", "aux_true_value_coef")
         rollouts = self.n_pi * self.num_envs
         if self.aux_epochs and self.aux_minibatches > rollouts:
