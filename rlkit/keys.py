@@ -72,6 +72,17 @@ BOOTSTRAP_DISCOUNT = "bootstrap_discount"
 #: ``PrioritizedSampler`` writes it under this name).
 PRIORITY_WEIGHT = "priority_weight"
 
+#: RND: intrinsic reward r_int = ||f_hat(s') - f(s')||^2 (scaled), ``("next", "intrinsic_reward")``
+#: ``[*, 1]``; the intrinsic value head V_int(s) ``[*, 1]``; the intrinsic stream's GAE advantage
+#: and value target ``[*, 1]`` (the extrinsic stream keeps ``ADVANTAGE`` / ``VALUE_TARGET``).
+INTRINSIC_REWARD = ("next", "intrinsic_reward")
+INTRINSIC_STATE_VALUE = "intrinsic_state_value"
+INTRINSIC_ADVANTAGE = "intrinsic_advantage"
+INTRINSIC_VALUE_TARGET = "intrinsic_value_target"
+#: DAAC: the policy network's advantage head A_hat(s, a) at the stored action, ``[*, 1]``.
+ADVANTAGE_PRED = "advantage_pred"
+#: SVPG: the index of the policy particle that acted, ``[*]`` int64.
+PARTICLE = "particle"
 NEXT = "next"
 REWARD = (NEXT, "reward")
 DONE = (NEXT, "done")
