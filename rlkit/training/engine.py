@@ -147,9 +147,13 @@ class Context:
         optimizer: torch.optim.Optimizer,
         *,
         max_grad_norm: float | None = None,
+        transform_grads: Callable[[], None] | None = None,
     ) -> float:
         """Backward, all-reduce gradients across ranks, clip, check finiteness, step.
 
+        ``transform_grads`` (optional) runs after the all-reduce and before clipping: it may
+        rewrite the parameters' ``.grad`` in place (SVPG's Stein update mixes the particles'
+        gradients there), and sees the same averaged gradients on every rank.
         Returns the gradient norm before clipping. Raises :class:`NonFiniteError` when the
         loss or a gradient is NaN or inf: the decision is taken on all-reduced gradients,
         so every rank stops together.
@@ -162,6 +166,8 @@ class Context:
         loss.backward()
         if self.world_size > 1:
             self._all_reduce_grads(params)
+        if transform_grads is not None:
+            transform_grads()
         norm = torch.nn.utils.clip_grad_norm_(
             params, max_grad_norm if max_grad_norm else math.inf, foreach=True
         )
