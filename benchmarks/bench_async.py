@@ -18,6 +18,8 @@ version that acted).
 
     .venv/bin/python benchmarks/bench_async.py              # writes results/bench_async.*
     .venv/bin/python benchmarks/bench_async.py --quick      # a smoke run, writes nothing
+
+Other flags go to the APPO recipe's config (e.g. ``--epochs 4``); the report records them.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ def _recipe():
 def measure(mode: str, args: argparse.Namespace, seed: int) -> dict:
     appo = _recipe()
     flags = ["--seed", str(seed), "--workers", str(args.workers), "--progress", "false"]
+    flags += args.recipe_flags
     cfg = appo.parse_config(appo.APPOConfig, flags, presets=appo.PRESETS)
     torch.manual_seed(seed)
     env = make_env(cfg.env, num_envs=cfg.num_envs, seed=seed)
@@ -134,7 +137,7 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--quick", action="store_true", help="1 repeat x 6 batches, write nothing")
-    args = p.parse_args()
+    args, args.recipe_flags = p.parse_known_args()
     if args.quick:
         args.repeats, args.batches, args.warmup = 1, 6, 2
     torch.set_num_threads(1)
