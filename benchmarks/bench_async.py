@@ -170,6 +170,7 @@ def main() -> None:
         "host": host_info(),
         "packages": package_versions(sys.executable, ["torch", "torchrl", "tensordict"]),
         "settings": vars(args),
+        "niceness": os.nice(0),
         "summary": summary,
         "rows": rows,
     }
@@ -190,14 +191,16 @@ def main() -> None:
         f"`{command_line()}`, commit `{payload['commit']['commit'][:10]}`"
         f"{' (uncommitted changes)' if payload['commit'].get('dirty') else ''}, "
         f"{args.workers} worker(s), "
-        f"8 envs x 32 steps, {args.batches} timed batches x {args.repeats} repeats.\n\n"
+        f"recipe defaults{' + ' + ' '.join(args.recipe_flags) if args.recipe_flags else ''}, "
+        f"{args.batches} timed batches x {args.repeats} repeats.\n\n"
         f"{table}\n\n"
         f"async / sync (median of paired repeats): **{summary['async_over_sync_median']}** "
         f"(per repeat {summary['async_over_sync_per_repeat']}); bar >= 1.3. "
         f"Mean policy lag of async batches: **{summary['async_mean_policy_lag']}** "
         "learner updates. 1-minute load average during the runs: "
-        f"{[x['load_average_1min'] for x in rows]} on {os.cpu_count()} cores "
-        "(other engineers' jobs share the machine; overlap needs an idle core).\n"
+        f"{[x['load_average_1min'] for x in rows]} on {os.cpu_count()} cores, "
+        f"benchmark niceness {os.nice(0)} (overlap needs an idle core: on a shared machine "
+        "run it as `nice -n -15 ...` so other jobs yield the CPU).\n"
     )
     write_results(REPO_ROOT / "benchmarks" / "results" / "bench_async", payload, markdown)
 
