@@ -1,0 +1,691 @@
+r"""Random Network Distillation (Burda et al. 2018): the exploration bonus, the two-stream
+advantage estimator and the twin-critic PPO loss.
+
+Three pieces, used together by :class:`rlkit.training.rnd.RNDLearner`:
+
+* :class:`RND` -- a frozen random *target* network :math:`f` and a trained *predictor*
+  :math:`\hat f` on normalised, clipped observations. The intrinsic reward of a step is the
+  predictor's error at the observation the step returned, scaled by the running standard
+  deviation of the discounted intrinsic return.
+* :class:`TwinGAE` -- GAE per stream: the extrinsic stream episodic (``keys.ADVANTAGE``,
+  ``keys.VALUE_TARGET``), the intrinsic stream non-episodic with its own discount
+  (``keys.INTRINSIC_ADVANTAGE``, ``keys.INTRINSIC_VALUE_TARGET``); the pure core is
+  :func:`non_episodic_gae`.
+* :class:`RNDPPOLoss` -- PPO's clipped surrogate on
+  :math:`A = c_E A^E + c_I A^I` and the sum of both value heads' regressions.
+
+References: Burda, Edwards, Storkey, Klimov 2018, "Exploration by Random Network
+Distillation" (arXiv:1810.12894), section 2.2-2.4 and appendix A.4 (hyperparameters);
+reference code ``openai/random-network-distillation`` (``policies/cnn_policy_param_matched.py``,
+``ppo_agent.py``: ``RewardForwardFilter``, ``proportion_of_exp_used_for_predictor_update``).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from tensordict import NestedKey, TensorDict, TensorDictBase
+from torch import Tensor, nn
+
+from rlkit import keys
+from rlkit.modules.networks import mlp
+from rlkit.modules.normalization import RunningMeanStd
+from rlkit.objectives.common import (
+    Hyperparameter,
+    read_column,
+    require_keys,
+)
+from rlkit.objectives.functional import clipped_value_loss, explained_variance, value_loss
+from rlkit.objectives.ppo import PPOLoss
+from rlkit.value import GAE
+from rlkit.value.functional import gae
+
+__all__ = [
+    "RND",
+    "ReturnScaler",
+    "RNDPPOLoss",
+    "TwinGAE",
+    "continuing_next_value",
+    "non_episodic_gae",
+]
+
+#: ``("next", "intrinsic_state_value")``: the intrinsic head at the next observation.
+NEXT_INTRINSIC_STATE_VALUE = (keys.NEXT, keys.INTRINSIC_STATE_VALUE)
+
+WRITTEN_BY_RND = (
+    "rlkit.objectives.rnd.RND.intrinsic_reward writes it (RNDLearner does, before the "
+    "estimator runs)"
+)
+WRITTEN_BY_TWIN_GAE = (
+    "rlkit.objectives.rnd.TwinGAE writes it (GAE of the intrinsic stream) before the loss runs"
+)
+WRITTEN_BY_TWIN_CRITIC = (
+    "the twin critic writes it at collection-time (value clipping needs the old intrinsic "
+    "value); or pass value_clip_epsilon=None"
+)
+
+
+def _check_real(name: str, value: object, low: float, high: float, *, open_low: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    value = float(value)
+    ok = (low < value if open_low else low <= value) and value <= high  # NaN fails
+    if not ok:
+        bracket = "(" if open_low else "["
+        raise ValueError(f"{name} must be in {bracket}{low:g}, {high:g}], got {value}")
+    return value
+
+
+# --------------------------------------------------------------------------- reward scale
+class ReturnScaler(nn.Module):
+    r"""Scale a reward stream by the running std of its discounted return.
+
+    Per environment :math:`R_t = \gamma R_{t-1} + r_t` (episodic: reset to 0 after a done
+    step; non-episodic: never reset, the paper's ``RewardForwardFilter`` for the intrinsic
+    stream). Every :math:`R_t` enters a scalar
+    :class:`~rlkit.modules.normalization.RunningMeanStd`, and the reward is divided (never
+    shifted) by its standard deviation: :math:`\tilde r_t = r_t / \sqrt{\mathrm{Var}[R] +
+    10^{-8}}`. Buffers: ``running_return`` ``[num_envs]`` float64 and ``stats``.
+
+    Args:
+        num_envs: rows of the ``[N, T]`` reward batches.
+        gamma: discount of :math:`R` in [0, 1].
+        episodic: reset :math:`R` at episode ends (needs ``done``).
+
+    Example:
+        >>> scaler = ReturnScaler(num_envs=1, gamma=0.5, episodic=False)
+        >>> scaler.returns(torch.tensor([[1.0, 1.0, 1.0]])).tolist()
+        [[1.0, 1.5, 1.75]]
+    """
+
+    running_return: Tensor
+
+    def __init__(self, *, num_envs: int, gamma: float, episodic: bool) -> None:
+        super().__init__()
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+            raise ValueError(f"ReturnScaler: num_envs must be an int >= 1, got {num_envs!r}")
+        self.num_envs = num_envs
+        self.gamma = _check_real("ReturnScaler: gamma", gamma, 0.0, 1.0, open_low=False)
+        self.episodic = bool(episodic)
+        self.stats = RunningMeanStd(())
+        self.register_buffer("running_return", torch.zeros(num_envs, dtype=torch.float64))
+
+    def extra_repr(self) -> str:
+        return f"num_envs={self.num_envs}, gamma={self.gamma}, episodic={self.episodic}"
+
+    @torch.no_grad()
+    def returns(self, reward: Tensor, done: Tensor | None = None) -> Tensor:
+        r"""Advance :math:`R` over ``reward`` ``[N, T]`` (envs, time); return every
+        :math:`R_t` ``[N, T]`` (float64) and keep the running value for the next batch."""
+        if reward.dim() != 2 or reward.shape[0] != self.num_envs:
+            raise ValueError(
+                f"ReturnScaler: rewards of shape {list(reward.shape)} must be [N, T] with N = "
+                f"num_envs = {self.num_envs} (envs first, time second: the collector's layout)"
+            )
+        if self.episodic and (done is None or done.shape != reward.shape):
+            raise ValueError(
+                "ReturnScaler(episodic=True) needs done flags of the reward's shape "
+                f"{list(reward.shape)}, got {None if done is None else list(done.shape)}"
+            )
+        out = torch.empty(reward.shape, dtype=torch.float64, device=reward.device)
+        running = self.running_return.to(reward.device)
+        for t in range(reward.shape[1]):
+            running = running * self.gamma + reward[:, t].double()
+            out[:, t] = running
+            if self.episodic:
+                running = running.masked_fill(done[:, t], 0.0)
+        self.running_return.copy_(running)
+        return out
+
+    def scale(self) -> Tensor:
+        r""":math:`1 / \sqrt{\mathrm{Var}[R] + 10^{-8}}`, a float64 scalar."""
+        return (self.stats.var + 1e-8).rsqrt()
+
+    @torch.no_grad()
+    def forward(
+        self,
+        reward: Tensor,
+        done: Tensor | None = None,
+        *,
+        update_stats: bool = True,
+        all_gather: Callable[[Tensor], Tensor] | None = None,
+    ) -> Tensor:
+        """Scaled ``reward`` ``[N, T]``; with ``update_stats`` the returns advance and every
+        rank's (``all_gather``) returns enter the statistics first."""
+        if update_stats:
+            returns = self.returns(reward, done)
+            self.stats.update(returns if all_gather is None else all_gather(returns))
+        return (reward.double() * self.scale()).to(reward.dtype)
+
+
+# --------------------------------------------------------------------------- the bonus
+class RND(nn.Module):
+    r"""Random Network Distillation: target :math:`f`, predictor :math:`\hat f`, statistics.
+
+    Observations are standardised with running statistics and clipped,
+    :math:`x = \mathrm{clip}((s - \mu_s)/\sigma_s, -c, c)` (:math:`c` = ``obs_clip``, 5 in
+    the paper). The raw bonus of the step that returned :math:`s'` is
+
+    .. math:: e(s') = \lVert \hat f(x') - f(x') \rVert_2^2 ,
+
+    and the intrinsic reward divides it by the running standard deviation of the
+    *discounted intrinsic return* of each environment, accumulated non-episodically
+    (episode ends do not reset it, as in the paper's ``RewardForwardFilter``):
+
+    .. math:: R_t = \gamma_I R_{t-1} + e_t,\qquad r^I_t = e_t / \sigma(R).
+
+    The predictor minimises the mean squared error over the features on a random fraction
+    :math:`p` (``update_proportion``, 0.25 in the paper) of each minibatch, every sample kept
+    independently with probability :math:`p`:
+
+    .. math:: L_{pred} = \frac{\sum_i m_i \, e(s'_i) / k}{\max(1, \sum_i m_i)},
+        \quad m_i \sim \mathrm{Bernoulli}(p),
+
+    with :math:`k` the feature width. The target's parameters never receive gradients.
+
+    State (all buffers or parameters, so ``state_dict`` and checkpoints carry them):
+    ``obs_stats`` (:class:`~rlkit.modules.normalization.RunningMeanStd` of observations),
+    ``return_scaler`` (a non-episodic :class:`ReturnScaler`: the per-environment :math:`R`
+    and its statistics), the target's and predictor's weights.
+
+    Args:
+        obs_shape: the observation shape ``O`` (flattened into the networks' input).
+        num_envs: environments in a batch (rows of :meth:`intrinsic_reward`'s input).
+        feature_dim: width :math:`k` of the random features (the paper: 512 on Atari).
+        target_hidden, predictor_hidden: hidden widths; the paper's predictor is deeper.
+        activation: hidden activation (the paper: leaky ReLU).
+        obs_clip: :math:`c > 0`.
+        gamma_int: :math:`\gamma_I \in [0, 1]` of the return whose spread scales the reward.
+        update_proportion: :math:`p \in (0, 1]`.
+
+    Deviations: an MLP instead of the paper's CNNs (vector observations); the observation
+    statistics are updated from every batch *before* its rewards are computed (so the first
+    batch, collected by the near-uniform initial policy, initialises them, which plays the
+    role of the paper's random-policy warm-up steps). ``e`` is the squared norm (the
+    reference code takes the mean over features, a constant factor :math:`k` that the
+    division by :math:`\sigma(R)` cancels).
+
+    Example:
+        >>> rnd = RND((2,), num_envs=3, feature_dim=8, target_hidden=(16,),
+        ...           predictor_hidden=(16,))
+        >>> r = rnd.intrinsic_reward(torch.randn(3, 5, 2))
+        >>> r.shape, bool((r >= 0).all())
+        (torch.Size([3, 5, 1]), True)
+    """
+
+    def __init__(
+        self,
+        obs_shape: Sequence[int] | int,
+        *,
+        num_envs: int,
+        feature_dim: int = 64,
+        target_hidden: Sequence[int] = (64, 64),
+        predictor_hidden: Sequence[int] = (64, 64),
+        activation: str | type[nn.Module] = "relu",
+        obs_clip: float = 5.0,
+        gamma_int: float = 0.99,
+        update_proportion: float = 0.25,
+    ) -> None:
+        super().__init__()
+        self.obs_shape = torch.Size([obs_shape] if isinstance(obs_shape, int) else obs_shape)
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+            raise ValueError(f"RND: num_envs must be an int >= 1, got {num_envs!r}")
+        self.num_envs = num_envs
+        self.update_proportion = _check_real(
+            "RND: update_proportion", update_proportion, 0.0, 1.0, open_low=True
+        )
+        self.gamma_int = _check_real("RND: gamma_int", gamma_int, 0.0, 1.0, open_low=False)
+        self.obs_clip = _check_real("RND: obs_clip", obs_clip, 0.0, math.inf, open_low=True)
+        in_features = int(self.obs_shape.numel())
+        net = dict(activation=activation)
+        self.target = mlp(in_features, feature_dim, hidden=target_hidden, **net)
+        self.target.requires_grad_(False)
+        self.predictor = mlp(in_features, feature_dim, hidden=predictor_hidden, **net)
+        self.feature_dim = feature_dim
+        self.obs_stats = RunningMeanStd(self.obs_shape)
+        self.return_scaler = ReturnScaler(num_envs=num_envs, gamma=gamma_int, episodic=False)
+
+    @property
+    def return_stats(self) -> RunningMeanStd:
+        """Statistics of the discounted intrinsic return (``return_scaler.stats``)."""
+        return self.return_scaler.stats
+
+    @property
+    def running_return(self) -> Tensor:
+        """The per-env discounted intrinsic return ``[num_envs]`` (float64)."""
+        return self.return_scaler.running_return
+
+    def extra_repr(self) -> str:
+        return (
+            f"obs_shape={tuple(self.obs_shape)}, num_envs={self.num_envs}, "
+            f"gamma_int={self.gamma_int}, update_proportion={self.update_proportion}, "
+            f"obs_clip={self.obs_clip}"
+        )
+
+    # ----------------------------------------------------------------- networks
+    def normalize(self, obs: Tensor) -> Tensor:
+        """``clip((obs - mean) / std, -obs_clip, obs_clip)``, flattened to ``[*, numel(O)]``."""
+        lead = obs.shape[: obs.dim() - len(self.obs_shape)]
+        if obs.shape[len(lead) :] != self.obs_shape:
+            raise ValueError(
+                f"RND expects observations [*, {', '.join(map(str, self.obs_shape))}], got a "
+                f"tensor of shape {list(obs.shape)}"
+            )
+        x = self.obs_stats.normalize(obs.float(), clip=self.obs_clip)
+        return x.reshape(*lead, -1)
+
+    def prediction_error(self, obs: Tensor) -> Tensor:
+        r""":math:`\lVert \hat f(x) - f(x) \rVert^2` per sample, ``[*]``; grad reaches the
+        predictor only."""
+        x = self.normalize(obs)
+        with torch.no_grad():
+            target = self.target(x)
+        return (self.predictor(x) - target).square().sum(-1)
+
+    def predictor_loss(
+        self,
+        obs: Tensor,
+        *,
+        mask: Tensor | None = None,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        """Mean squared feature error on the kept samples (``mask``, or a fresh Bernoulli
+        mask with probability ``update_proportion`` drawn from ``generator``)."""
+        error = self.prediction_error(obs) / self.feature_dim
+        if mask is None:
+            mask = self.sample_mask(error.shape, generator=generator)
+        if mask.shape != error.shape:
+            raise ValueError(
+                f"RND.predictor_loss: mask of shape {list(mask.shape)} does not match the "
+                f"samples {list(error.shape)}"
+            )
+        mask = mask.to(error.device, error.dtype)
+        return (error * mask).sum() / mask.sum().clamp_min(1.0)
+
+    def sample_mask(
+        self, shape: Sequence[int], *, generator: torch.Generator | None = None
+    ) -> Tensor:
+        """Bool mask keeping each sample independently with probability ``update_proportion``
+        (drawn on the CPU from ``generator``, so a seeded run repeats on any device)."""
+        return torch.rand(torch.Size(shape), generator=generator) < self.update_proportion
+
+    # ----------------------------------------------------------------- rewards
+    def reward_scale(self) -> Tensor:
+        r""":math:`1 / \sigma(R)` from the current return statistics (a float64 scalar)."""
+        return self.return_scaler.scale()
+
+    @torch.no_grad()
+    def intrinsic_reward(
+        self,
+        next_obs: Tensor,
+        *,
+        update_stats: bool = True,
+        all_gather: Callable[[Tensor], Tensor] | None = None,
+    ) -> Tensor:
+        r"""The intrinsic reward :math:`r^I` ``[N, T, 1]`` of next observations ``[N, T, *O]``.
+
+        With ``update_stats`` (training): merge ``next_obs`` into the observation statistics,
+        compute :math:`e`, advance the per-env discounted return and merge it into the
+        return statistics, then scale. ``all_gather`` (e.g. ``Context.all_gather``) stacks a
+        tensor from every rank, so every rank merges the same data and the statistics stay
+        identical across ranks. Without ``update_stats`` nothing is changed.
+        """
+        gather = all_gather or (lambda t: t)
+        self._check_envs(next_obs, "next_obs")
+        if update_stats:
+            self.obs_stats.update(gather(next_obs))
+        raw = self.prediction_error(next_obs)
+        return self.return_scaler(raw, update_stats=update_stats, all_gather=all_gather).unsqueeze(
+            -1
+        )
+
+    def _check_envs(self, tensor: Tensor, name: str) -> None:
+        if tensor.dim() < 2 or tensor.shape[0] != self.num_envs:
+            raise ValueError(
+                f"RND: {name} of shape {list(tensor.shape)} must be [N, T, ...] with N = "
+                f"num_envs = {self.num_envs} (envs first, time second: the collector's layout)"
+            )
+
+
+# --------------------------------------------------------------------------- estimation
+def non_episodic_gae(
+    reward: Tensor,
+    value: Tensor,
+    next_value: Tensor,
+    *,
+    gamma: float,
+    lmbda: float,
+    time_dim: int = -2,
+) -> tuple[Tensor, Tensor]:
+    r"""GAE that ignores episode ends (the paper's intrinsic stream).
+
+    .. math::
+        \delta_t = r_t + \gamma V'_t - V_t,\qquad A_t = \delta_t + \gamma\lambda A_{t+1},
+        \quad A_T = 0
+
+    over the whole batch, whatever ``done`` says: :func:`rlkit.value.functional.gae` with no
+    done and no terminated step. Pass ``next_value`` from :func:`continuing_next_value` so
+    that the stream continues into the next episode's first state. Returns
+    ``(advantage, value_target)`` of the input shape ``[..., T, 1]``.
+
+    Example:
+        >>> r = torch.tensor([[[1.0], [0.0], [2.0]]])
+        >>> v = torch.zeros(1, 3, 1)
+        >>> non_episodic_gae(r, v, v, gamma=0.5, lmbda=1.0)[0].flatten().tolist()
+        [1.5, 1.0, 2.0]
+    """
+    never = torch.zeros(reward.shape, dtype=torch.bool, device=reward.device)
+    return gae(reward, value, next_value, never, never, gamma=gamma, lmbda=lmbda, time_dim=time_dim)
+
+
+def continuing_next_value(value: Tensor, last_next_value: Tensor, *, time_dim: int = -2) -> Tensor:
+    r""":math:`V'_t = V(s_{t+1})`, the value at the *following step's* observation.
+
+    After a done step that is the next episode's first observation (the agent's stream
+    continues there, which is what non-episodic means); at the batch's last step it is
+    ``last_next_value`` (the value at ``("next", "observation")``), the only one available.
+    Inputs ``[..., T, 1]``; returns the same shape.
+    """
+    if value.shape != last_next_value.shape:
+        raise ValueError(
+            f"value {list(value.shape)} and last_next_value {list(last_next_value.shape)} "
+            "must share one shape"
+        )
+    steps = value.shape[time_dim]
+    return torch.cat(
+        [value.narrow(time_dim, 1, steps - 1), last_next_value.narrow(time_dim, steps - 1, 1)],
+        dim=time_dim,
+    )
+
+
+class TwinGAE(GAE):
+    r"""GAE for both streams of a twin critic.
+
+    * extrinsic (episodic, :class:`rlkit.value.GAE` semantics: ``terminated`` masks the
+      bootstrap, ``done`` cuts the recursion, truncations bootstrap from the true final
+      observation), discount ``gamma``: writes ``keys.ADVANTAGE`` and ``keys.VALUE_TARGET``;
+    * intrinsic (non-episodic, :func:`non_episodic_gae` with
+      :func:`continuing_next_value`), discount ``gamma_int``: reads ``keys.INTRINSIC_REWARD``
+      and writes ``keys.INTRINSIC_ADVANTAGE`` and ``keys.INTRINSIC_VALUE_TARGET``.
+
+    Keys read besides :class:`~rlkit.value.GAE`'s: ``keys.INTRINSIC_REWARD`` ``[..., T, 1]``,
+    ``keys.INTRINSIC_STATE_VALUE`` and ``("next", keys.INTRINSIC_STATE_VALUE)``
+    ``[..., T, 1]`` (written by ``value_network``, a twin critic, when absent).
+
+    Args:
+        gamma: extrinsic discount in [0, 1] (paper 0.999).
+        gamma_int: intrinsic discount in [0, 1] (paper 0.99).
+        lmbda: GAE lambda of both streams (paper 0.95); ``lmbda_int`` overrides the
+            intrinsic one.
+        value_network: a twin critic writing ``keys.STATE_VALUE`` and
+            ``keys.INTRINSIC_STATE_VALUE``.
+        time_dim, recompute_values: as for :class:`~rlkit.value.GAE`.
+    """
+
+    def __init__(
+        self,
+        *,
+        gamma: float,
+        gamma_int: float,
+        lmbda: float,
+        lmbda_int: float | None = None,
+        value_network: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        time_dim: int | None = None,
+        recompute_values: bool = False,
+    ) -> None:
+        super().__init__(
+            gamma=gamma,
+            lmbda=lmbda,
+            value_network=value_network,
+            time_dim=time_dim,
+            recompute_values=recompute_values,
+        )
+        self.gamma_int = _check_real("TwinGAE: gamma_int", gamma_int, 0.0, 1.0, open_low=False)
+        lmbda_int = lmbda if lmbda_int is None else lmbda_int
+        self.lmbda_int = _check_real("TwinGAE: lmbda_int", lmbda_int, 0.0, 1.0, open_low=False)
+
+    @property
+    def in_keys(self) -> list:
+        return [
+            *super().in_keys,
+            keys.INTRINSIC_REWARD,
+            keys.INTRINSIC_STATE_VALUE,
+            NEXT_INTRINSIC_STATE_VALUE,
+        ]
+
+    @property
+    def out_keys(self) -> list:
+        return [*super().out_keys, keys.INTRINSIC_ADVANTAGE, keys.INTRINSIC_VALUE_TARGET]
+
+    def _ensure_values(self, td: TensorDictBase) -> None:
+        wanted = (
+            keys.STATE_VALUE,
+            keys.NEXT_STATE_VALUE,
+            keys.INTRINSIC_STATE_VALUE,
+            NEXT_INTRINSIC_STATE_VALUE,
+        )
+        present = td.keys(include_nested=True)
+        if not self.recompute_values and all(k in present for k in wanted):
+            return
+        if self.value_network is None:
+            missing = ", ".join(keys.describe(k) for k in wanted if k not in present)
+            raise KeyError(
+                f"{missing} missing and no value_network given: pass value_network=<a twin "
+                "critic> or write both heads' values (current and next) first"
+            )
+        self._check_value_inputs(td, False)
+        self._check_value_inputs(td, True)
+        self.value_network(td)
+        self.value_network(td.get(keys.NEXT))
+
+    @torch.no_grad()
+    def forward(self, td: TensorDictBase, *, time_dim: int | None = None) -> TensorDictBase:
+        present = td.keys(include_nested=True)
+        if keys.INTRINSIC_REWARD not in present:
+            raise KeyError(f"{keys.describe(keys.INTRINSIC_REWARD)} is missing: {WRITTEN_BY_RND}")
+        super().forward(td, time_dim=time_dim)  # extrinsic stream; writes both heads' values
+        fdim = self._resolve_time_dim(td, time_dim) - td.batch_dims - 1
+        value = self._get_scalar(td, keys.INTRINSIC_STATE_VALUE)
+        last = self._get_scalar(td, NEXT_INTRINSIC_STATE_VALUE)
+        advantage, target = non_episodic_gae(
+            self._get_scalar(td, keys.INTRINSIC_REWARD),
+            value,
+            continuing_next_value(value, last, time_dim=fdim),
+            gamma=self.gamma_int,
+            lmbda=self.lmbda_int,
+            time_dim=fdim,
+        )
+        td.set(keys.INTRINSIC_ADVANTAGE, advantage)
+        td.set(keys.INTRINSIC_VALUE_TARGET, target)
+        return td
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, gamma_int={self.gamma_int}, lmbda_int={self.lmbda_int}"
+
+
+# --------------------------------------------------------------------------- the loss
+VALUE_LOSS_EXTRINSIC = "value_loss_extrinsic"
+VALUE_LOSS_INTRINSIC = "value_loss_intrinsic"
+INTRINSIC_EXPLAINED_VARIANCE = "intrinsic_explained_variance"
+INTRINSIC_VALUE_MEAN = "intrinsic_value_mean"
+INTRINSIC_ADVANTAGE_STD = "intrinsic_advantage_std"
+EXTRINSIC_ADVANTAGE_STD = "extrinsic_advantage_std"
+
+
+class RNDPPOLoss(PPOLoss):
+    r"""PPO with a twin critic: one surrogate on the combined advantage, two value heads.
+
+    .. math::
+        A_i &= c_E A^E_i + c_I A^I_i \\
+        \text{loss\_policy} &= -\frac1N\sum_i \min\big(r_i A_i,\
+            \mathrm{clip}(r_i, 1-\epsilon, 1+\epsilon) A_i\big) \\
+        \text{loss\_value} &= c_v \frac1N\sum_i \tfrac12\big[(V^E_\phi(s_i) - \hat V^E_i)^2
+            + (V^I_\phi(s_i) - \hat V^I_i)^2\big]
+
+    (each term clipped PPO2-style around its collection-time value with
+    ``value_clip_epsilon``), plus :class:`PPOLoss`'s entropy bonus. The combined advantage
+    is standardised per minibatch when ``normalize_advantage`` is set (after weighting).
+
+    Keys read, besides :class:`~rlkit.objectives.PPOLoss`'s (whose ``keys.ADVANTAGE`` and
+    ``keys.VALUE_TARGET`` are the extrinsic stream's): ``keys.INTRINSIC_ADVANTAGE`` and
+    ``keys.INTRINSIC_VALUE_TARGET`` ``[*, 1]`` (written by :class:`TwinGAE`), and
+    ``keys.INTRINSIC_STATE_VALUE`` ``[*, 1]`` with value clipping. The critic must write
+    ``keys.STATE_VALUE`` and ``keys.INTRINSIC_STATE_VALUE``.
+
+    Writes :class:`PPOLoss`'s outputs (``advantage_mean`` / ``advantage_std`` describe the
+    combined advantage; ``explained_variance`` and ``value_mean`` the extrinsic head) and
+    ``value_loss_extrinsic``, ``value_loss_intrinsic`` (unweighted), ``intrinsic_value_mean``,
+    ``intrinsic_explained_variance``, ``extrinsic_advantage_std``, ``intrinsic_advantage_std``.
+
+    Args:
+        actor, critic: the policy and the twin critic.
+        ext_coef: :math:`c_E \ge 0` (paper 2).
+        int_coef: :math:`c_I \ge 0` (paper 1); not both 0.
+        **kwargs: :class:`PPOLoss`'s (``clip_epsilon``, ``entropy_coef``, ``value_coef``,
+            ``value_clip_epsilon``, ``normalize_advantage``, ``value_loss``).
+
+    Reference: Burda et al. 2018, section 2.3 ("combining intrinsic and extrinsic returns")
+    and ``ppo_agent.py`` (``advs = int_coeff * advs_int + ext_coeff * advs_ext``,
+    ``vf_loss = 0.5 * (vf_loss_int + vf_loss_ext)``).
+    """
+
+    ext_coef = Hyperparameter(positive=False, hint="the paper uses 2")
+    int_coef = Hyperparameter(positive=False, hint="the paper uses 1")
+
+    @dataclass
+    class _AcceptedKeys(PPOLoss._AcceptedKeys):
+        """Input keys, renamable with ``loss.set_keys(name=key)``."""
+
+        intrinsic_advantage: NestedKey = keys.INTRINSIC_ADVANTAGE
+        intrinsic_value_target: NestedKey = keys.INTRINSIC_VALUE_TARGET
+        intrinsic_state_value: NestedKey = keys.INTRINSIC_STATE_VALUE
+
+    _diagnostics = (
+        *PPOLoss._diagnostics,
+        VALUE_LOSS_EXTRINSIC,
+        VALUE_LOSS_INTRINSIC,
+        INTRINSIC_VALUE_MEAN,
+        INTRINSIC_EXPLAINED_VARIANCE,
+        EXTRINSIC_ADVANTAGE_STD,
+        INTRINSIC_ADVANTAGE_STD,
+    )
+
+    def __init__(
+        self,
+        actor: nn.Module,
+        critic: nn.Module,
+        *,
+        ext_coef: float = 2.0,
+        int_coef: float = 1.0,
+        **kwargs,
+    ) -> None:
+        super().__init__(actor, critic, **kwargs)
+        self.ext_coef = ext_coef
+        self.int_coef = int_coef
+        if self.ext_coef == 0 and self.int_coef == 0:
+            raise ValueError(
+                "RNDPPOLoss: ext_coef and int_coef are both 0, so the policy has no advantage "
+                "to follow: set at least one > 0"
+            )
+        self._parts: dict[str, Tensor] = {}
+
+    def _set_in_keys(self) -> None:
+        super()._set_in_keys()
+        key = self.tensor_keys.intrinsic_state_value
+        if key not in list(self.critic.out_keys):
+            raise TypeError(
+                f"RNDPPOLoss: the critic writes {list(self.critic.out_keys)} but the loss reads "
+                f"the intrinsic value from {keys.describe(key)}: use a twin critic "
+                "(rlkit.training.rnd.twin_value_critic) or call "
+                "loss.set_keys(intrinsic_state_value=...)"
+            )
+
+    def extra_repr(self) -> str:
+        return f"ext_coef={self.ext_coef!r}, int_coef={self.int_coef!r}, {super().extra_repr()}"
+
+    def _required_keys(self) -> dict[NestedKey, str]:
+        needs = super()._required_keys()
+        needs[self.tensor_keys.intrinsic_advantage] = WRITTEN_BY_TWIN_GAE
+        needs[self.tensor_keys.intrinsic_value_target] = WRITTEN_BY_TWIN_GAE
+        if self.value_clip_epsilon is not None:
+            needs[self.tensor_keys.intrinsic_state_value] = WRITTEN_BY_TWIN_CRITIC
+        return needs
+
+    def combined_advantage(self, tensordict: TensorDictBase) -> Tensor:
+        r""":math:`c_E A^E + c_I A^I` as ``[*batch, 1]`` (before any standardisation)."""
+        require_keys(tensordict, self._required_keys(), owner="RNDPPOLoss")
+        ext = read_column(tensordict, self.tensor_keys.advantage, owner="RNDPPOLoss")
+        intr = read_column(tensordict, self.tensor_keys.intrinsic_advantage, owner="RNDPPOLoss")
+        return (self.ext_coef * ext + self.int_coef * intr).detach().unsqueeze(-1)
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDict:
+        combined = self.combined_advantage(tensordict)
+        # a shallow copy: the batch keeps its own (extrinsic) advantage
+        view = tensordict.copy()
+        view.set(self.tensor_keys.advantage, combined)
+        self._parts = {}
+        try:
+            out = super().forward(view)
+        finally:
+            parts, self._parts = self._parts, {}
+        if self.diagnostics:
+            out.update(
+                {
+                    VALUE_LOSS_EXTRINSIC: parts["ext"].detach(),
+                    VALUE_LOSS_INTRINSIC: parts["int"].detach(),
+                    INTRINSIC_VALUE_MEAN: parts["int_value"].mean(),
+                    INTRINSIC_EXPLAINED_VARIANCE: explained_variance(
+                        parts["int_value"], parts["int_target"]
+                    ),
+                    EXTRINSIC_ADVANTAGE_STD: read_column(
+                        tensordict, self.tensor_keys.advantage, owner="RNDPPOLoss"
+                    ).std(correction=0),
+                    INTRINSIC_ADVANTAGE_STD: read_column(
+                        tensordict, self.tensor_keys.intrinsic_advantage, owner="RNDPPOLoss"
+                    ).std(correction=0),
+                }
+            )
+        return out
+
+    def _critic_value(self, tensordict: TensorDictBase) -> Tensor:
+        """Runs the twin critic once; keeps the intrinsic head for :meth:`_value_loss`."""
+        out = self.critic(tensordict.select(*self.critic.in_keys))
+        batch = tensordict.batch_size
+        values = []
+        for key in (self.tensor_keys.state_value, self.tensor_keys.intrinsic_state_value):
+            value = out.get(key)
+            if value.shape != (*batch, 1):
+                raise ValueError(
+                    f"RNDPPOLoss: the critic wrote {keys.describe(key)} of shape "
+                    f"{list(value.shape)}, expected {[*batch, 1]}"
+                )
+            values.append(value.squeeze(-1))
+        self._parts["int_value"] = values[1]
+        return values[0]
+
+    def _value_loss(self, value: Tensor, target: Tensor, tensordict: TensorDictBase) -> Tensor:
+        ext = super()._value_loss(value, target, tensordict)
+        int_value = self._parts["int_value"]
+        int_target = read_column(
+            tensordict, self.tensor_keys.intrinsic_value_target, owner="RNDPPOLoss"
+        ).detach()
+        if self.value_clip_epsilon is None:
+            intr = value_loss(int_value, int_target, loss_type=self.value_loss)
+        else:
+            old = read_column(
+                tensordict, self.tensor_keys.intrinsic_state_value, owner="RNDPPOLoss"
+            )
+            intr = clipped_value_loss(
+                int_value,
+                old,
+                int_target,
+                clip_epsilon=self.value_clip_epsilon,
+                loss_type=self.value_loss,
+            )
+        self._parts.update(ext=ext, int=intr, int_target=int_target)
+        self._parts["int_value"] = int_value.detach()
+        return ext + intr
