@@ -35,10 +35,10 @@ class RNDRecipeConfig(RNDConfig):
 
     env: str = field(default="MountainCar-v0", metadata={"help": "gymnasium environment id"})
     total_frames: int = field(default=1_000_000, metadata={"help": "frames to train for"})
-    num_envs: int = field(default=16, metadata={"help": "parallel environments per rank"})
+    num_envs: int = field(default=32, metadata={"help": "parallel environments per rank"})
     rollout_steps: int = field(default=128, metadata={"help": "steps per env per batch"})
     epochs: int = field(default=4, metadata={"help": "passes over each batch"})
-    minibatch_size: int = field(default=512, metadata={"help": "samples per gradient step"})
+    minibatch_size: int = field(default=1024, metadata={"help": "samples per gradient step"})
     lr: float = field(default=3e-4, metadata={"help": "learning rate"})
     gae_lambda: float = field(default=0.95, metadata={"help": "GAE lambda (both streams)"})
     entropy_coef: float = field(default=0.001, metadata={"help": "entropy bonus coefficient"})
