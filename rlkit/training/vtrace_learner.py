@@ -155,6 +155,7 @@ class APPOLearner(PolicyGradientLearner):
         return super().modules() | {"target_actor": self.loss.target_actor}
 
     def update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
+        self.loss.record_target_log_prob(batch)
         metrics = super().update(batch, ctx)  # V-trace, epochs x minibatches, KL lr, obs norm
         self.loss.step_target()
         if self.obs_norm is not None:
