@@ -204,3 +204,52 @@ def test_appo_ddp_keeps_parameters_identical(tmp_path):
     assert summary["rank_param_max_diff"] == 0.0
     payload = ckpt.load(run_dir / "checkpoints" / "last.pt")
     assert int(payload["modules"]["target_actor"]["step_count"]) == 4
+
+
+_ORPHAN_SCRIPT = """
+import sys, time
+from tests.test_impala_appo import nets
+from rlkit.training.async_collect import WorkerCollector
+
+if __name__ == "__main__":
+    actor, _ = nets()
+    collector = WorkerCollector(
+        env_id="CartPole-v1", policy=actor, num_envs=4, frames_per_batch=64,
+        num_workers=2, sync=sys.argv[1] == "sync",
+    )
+    collector.next_batch()
+    print(" ".join(str(p.pid) for p in collector._procs), flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_workers_exit_when_the_learner_is_killed(mode):
+    """A SIGKILLed learner never runs shutdown(): its workers notice and exit on their own."""
+    import os
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _ORPHAN_SCRIPT, mode], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    pids = [int(p) for p in proc.stdout.readline().split()]
+    assert len(pids) == 2
+    proc.kill()
+    proc.wait()
+
+    def alive(pid):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        # a zombie (exited, not yet reaped by the forkserver) counts as gone
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [p for p in pids if alive(p)]
+    for p in left:
+        os.kill(p, 9)
+    assert not left, f"workers {left} outlived their learner"

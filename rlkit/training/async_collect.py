@@ -70,8 +70,17 @@ POLICY_LAG = keys.POLICY_LAG
 _POLL_S = 0.05
 
 
+def _running(stop) -> bool:
+    """Keep working: not stopped, and the learner that started this worker is alive (a
+    SIGKILLed learner never sets ``stop``; without this check its workers would live on)."""
+    if stop.is_set():
+        return False
+    parent = mp.parent_process()
+    return parent is None or parent.is_alive()
+
+
 def _put(q, item, stop) -> bool:
-    while not stop.is_set():
+    while _running(stop):
         try:
             q.put(item, timeout=_POLL_S)
             return True
@@ -81,7 +90,7 @@ def _put(q, item, stop) -> bool:
 
 
 def _get(q, stop):
-    while not stop.is_set():
+    while _running(stop):
         try:
             return q.get(timeout=_POLL_S)
         except queue.Empty:
@@ -119,7 +128,7 @@ def _worker(
     buffers: list[TensorDictBase] = []  # shared-memory slots, made from the first batch
     free = list(range(slots))
     try:
-        while not stop.is_set():
+        while _running(stop):
             if sync:
                 try:
                     if go_q.get(timeout=_POLL_S) is None:
