@@ -323,3 +323,39 @@ def test_kl_adaptive_learning_rate_follows_the_rule_batch_by_batch(ppo, tmp_path
             expected = lrs[k] * 1.5
         assert lrs[k + 1] == pytest.approx(expected, rel=1e-4), k
     assert len(set(lrs)) > 1  # the schedule did move
+
+
+def test_reward_normalisation_flag_scales_rewards_and_resumes_its_statistics(ppo, tmp_path):
+    """--normalize-reward: the statistics see every frame once, across a resume, and the
+    scale they imply is the one the training rewards were divided by."""
+    run_dir = tmp_path / "run"
+    common = [*TINY, *QUIET, "--run-dir", str(run_dir), "--eval-every", "0"]
+    common += ["--normalize-reward", "true", "--gamma", "0.9"]
+    ppo.main([*common, "--total-frames", "128"])
+    first = ckpt.load(run_dir / "checkpoints" / "last.pt")["modules"]["reward_norm"]
+    # one discounted return per env per step went into the statistics
+    assert float(first["stats.count"]) == pytest.approx(128, abs=1e-3)
+    # CartPole's reward is +1, so G_t = 1 + 0.9 G_{t-1} (reset at episode ends) lies in
+    # [1, 10): the running mean is there and the variance is positive
+    assert 1.0 <= float(first["stats.mean"]) < 10.0 and float(first["stats.var"]) > 0
+    ppo.main([*common, "--total-frames", "256", "--resume", "last"])
+    second = ckpt.load(run_dir / "checkpoints" / "last.pt")["modules"]["reward_norm"]
+    assert float(second["stats.count"]) == pytest.approx(256, abs=1e-3)
+
+    # logged episode returns stay in CartPole's units: the first batch (collected before
+    # any update) logs the same returns as a run without the flag
+    def first_return(folder):
+        rows = [line.split(",") for line in (folder / "metrics.csv").read_text().splitlines()]
+        return float(rows[1][rows[0].index("episode_return")])
+
+    plain = tmp_path / "plain"
+    ppo.main([*TINY, *QUIET, "--run-dir", str(plain), "--eval-every", "0", "--gamma", "0.9",
+              "--total-frames", "64"])  # fmt: skip
+    assert first_return(run_dir) == first_return(plain) >= 8
+
+
+def test_reward_normalisation_is_refused_by_worker_collector_recipes(capsys):
+    impala = load_recipe("impala")
+    with pytest.raises(SystemExit):
+        impala.parse_config(impala.IMPALAConfig, ["--normalize-reward", "true"])
+    assert "--normalize-reward is not supported" in capsys.readouterr().err

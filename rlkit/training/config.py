@@ -80,6 +80,10 @@ class TrainConfig:
         default=1, metadata=_help("write training metrics every this many batches")
     )
 
+    def env_options(self) -> dict[str, Any]:
+        """Extra :func:`rlkit.envs.make_env` arguments for the training env (none here)."""
+        return {}
+
     def __post_init__(self) -> None:
         _positive(self, "total_frames", "num_envs", "eval_episodes", "num_nodes", "threads")
         _positive(self, "log_every")

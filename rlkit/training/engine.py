@@ -280,10 +280,12 @@ def _payload(cfg, learner: Learner, counters: Counters, *, extra_modules=None) -
     }
 
 
-def _restore(path: Path, learner: Learner, counters: Counters) -> dict[str, Any]:
+def _restore(
+    path: Path, learner: Learner, counters: Counters, *, extra_modules=None
+) -> dict[str, Any]:
     payload = ckpt.load(path)
     ckpt.check_compatible(payload, algo=learner.algo, path=path)
-    for name, module in learner.modules().items():
+    for name, module in (dict(learner.modules()) | dict(extra_modules or {})).items():
         if name not in payload["modules"]:
             raise ckpt.CheckpointError(
                 f"checkpoint {str(path)!r} has no module {name!r}: it was written by another "
@@ -343,7 +345,7 @@ class Engine:
                 torch.distributed.destroy_process_group()
 
     def _fit(self, fabric) -> dict[str, Any]:
-        from rlkit.envs import make_env
+        from rlkit.envs import get_reward_norm, make_env
         from rlkit.training.evaluation import Evaluator
 
         cfg, rank = self.cfg, fabric.global_rank
@@ -354,7 +356,13 @@ class Engine:
             run_dir = Path(fabric.broadcast(str(run_dir), src=0))
 
         fabric.seed_everything(cfg.seed, verbose=False)  # identical networks on every rank
-        env = make_env(cfg.env, num_envs=cfg.num_envs, seed=cfg.seed + 1000 * rank)
+        env = make_env(
+            cfg.env, num_envs=cfg.num_envs, seed=cfg.seed + 1000 * rank, **cfg.env_options()
+        )
+        # statistics that live in the env (reward scaling) are checkpointed with the learner;
+        # on several ranks each keeps its own and a resume restores rank 0's on every rank
+        reward_norm = get_reward_norm(env)
+        env_modules = {"reward_norm": reward_norm} if reward_norm is not None else {}
         learner = self.build(cfg, env)
         modules = learner.modules()
         for m in modules.values():
@@ -365,7 +373,7 @@ class Engine:
 
         counters = Counters()
         if resume_path is not None:
-            payload = _restore(resume_path, learner, counters)
+            payload = _restore(resume_path, learner, counters, extra_modules=env_modules)
             if rank == 0:
                 ckpt.set_rng_state(payload["rng"])
             else:
@@ -388,6 +396,7 @@ class Engine:
         ctx.generator.manual_seed(cfg.seed + 1000 * rank + counters.frames)
         collector = self.make_collector(env, learner, fabric.device)
         state = _LoopState(fabric, cfg, learner, counters, log, evaluator, run_dir)
+        state.extra_modules = env_modules
         try:
             self._loop(state, ctx, collector)
         except NonFiniteError as err:
@@ -451,6 +460,7 @@ class _LoopState:
     def __init__(self, fabric, cfg, learner, counters, log, evaluator, run_dir) -> None:
         self.fabric, self.cfg, self.learner = fabric, cfg, learner
         self.counters, self.log, self.evaluator, self.run_dir = counters, log, evaluator, run_dir
+        self.extra_modules: dict[str, nn.Module] = {}
         self.recent_returns: list[float] = []
         self.last_eval: tuple[float, float] | None = None
         self.start_frames = counters.frames
@@ -524,7 +534,7 @@ class _LoopState:
             raise NonFiniteError(f"non-finite parameters at {self.counters.frames:,} frames")
         if not self.is_zero:
             return
-        payload = _payload(self.cfg, self.learner, self.counters)
+        payload = _payload(self.cfg, self.learner, self.counters, extra_modules=self.extra_modules)
         folder = self.run_dir / "checkpoints"
         ckpt.atomic_save(payload, folder / "last.pt")
         if snapshot:

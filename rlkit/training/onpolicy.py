@@ -61,6 +61,13 @@ class OnPolicyConfig(TrainConfig):
         default=True, metadata=_help("standardise advantages per minibatch")
     )
     normalize_obs: bool = field(default=False, metadata=_help("running observation normalisation"))
+    normalize_reward: bool = field(
+        default=False,
+        metadata=_help(
+            "scale training rewards by the running std of the discounted return (SB3 "
+            "VecNormalize's norm_reward); logged returns and evaluation stay in env units"
+        ),
+    )
     hidden: tuple[int, ...] = field(
         default=(64, 64), metadata=_help("hidden layer sizes, e.g. '64 64'")
     )
@@ -83,6 +90,11 @@ class OnPolicyConfig(TrainConfig):
             raise ValueError(f"--kl-target must be > 0, got {self.kl_target}")
         if not self.hidden or any(h <= 0 for h in self.hidden):
             raise ValueError(f"--hidden needs positive layer sizes, got {self.hidden}")
+
+    def env_options(self) -> dict[str, Any]:
+        if not self.normalize_reward:
+            return {}
+        return {"normalize_reward": True, "gamma": self.gamma}
 
     @property
     def batch_size(self) -> int:

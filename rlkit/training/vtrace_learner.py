@@ -54,6 +54,13 @@ class VTraceConfig(OnPolicyConfig):
         super().__post_init__()
         from rlkit.objectives.impala import check_vtrace_args
 
+        if self.normalize_reward:
+            raise ValueError(
+                "--normalize-reward is not supported by the worker-collector recipes (IMPALA, "
+                "APPO): each worker builds its own envs, so the reward statistics would not be "
+                "shared or checkpointed; drop the flag (--normalize-obs is supported)"
+            )
+
         check_vtrace_args(
             "config",
             lmbda=self.vtrace_lambda,
