@@ -76,6 +76,8 @@ def test_recipe_pages_name_only_real_flags(page):
         "--jobs",
         "--required",
         "--seeds",
+        "--repeats",  # bench_async.py
+        "--batches",
     }
     for flag in set(re.findall(r"(--[a-z][a-z0-9-]+)", text)) - ignore:
         assert flag in helptext, f"{page} mentions {flag}, which {recipe}.py does not have"
