@@ -65,6 +65,20 @@ PRESETS: dict[str, dict] = {
         normalize_obs=True,
         target_return=None,
     ),
+    # the same settings as recipes/ppg.py's LunarLander preset (PPG adds its phases)
+    "LunarLander-v3": dict(
+        total_frames=1_000_000,
+        num_envs=16,
+        rollout_steps=128,
+        epochs=4,
+        minibatch_size=128,
+        lr=5e-4,
+        gamma=0.999,
+        gae_lambda=0.98,
+        entropy_coef=0.01,
+        clip_epsilon_final=None,
+        target_return=None,
+    ),
 }
 
 
