@@ -45,6 +45,10 @@ class RNDRecipeConfig(RNDConfig):
     normalize_obs: bool = field(
         default=True, metadata={"help": "running observation normalisation (policy, critic)"}
     )
+    normalize_reward: bool = field(
+        default=True,
+        metadata={"help": "scale extrinsic rewards by the std of their discounted return"},
+    )
     eval_every: int = field(default=25_000, metadata={"help": "evaluate every this many frames"})
 
 

@@ -4,7 +4,8 @@ Per collected batch ``[N, T]`` (Burda et al. 2018, Algorithm 1)::
 
     merge the batch's next observations into the RND observation statistics (all ranks)
     r_int = ||f_hat(s') - f(s')||^2 / std(discounted intrinsic return)    # RND
-    [--ext-reward-norm: r_ext /= std(discounted episodic extrinsic return)]
+    [--normalize-reward: the training env already scaled r_ext by the std of its
+     discounted episodic return (rlkit.modules.RewardNorm)]
     TwinGAE: A_ext, V_ext target (episodic, gamma_ext); A_int, V_int target
              (non-episodic, gamma_int)
     for epoch in 1..epochs, for each minibatch:
@@ -33,7 +34,7 @@ from tensordict.nn import TensorDictModule
 from torch import nn
 
 from rlkit import keys
-from rlkit.objectives.rnd import RND, ReturnScaler
+from rlkit.objectives.rnd import RND
 from rlkit.training.config import in_unit_interval, non_negative, positive
 from rlkit.training.engine import Context
 from rlkit.training.onpolicy import (
@@ -77,12 +78,6 @@ class RNDConfig(ClipConfig):
     )
     predictor_lr: float | None = field(
         default=None, metadata=_help("predictor learning rate (none: --lr, same schedule)")
-    )
-    ext_reward_norm: bool = field(
-        default=False,
-        metadata=_help(
-            "scale extrinsic rewards by the running std of their discounted episodic return"
-        ),
     )
 
     def __post_init__(self) -> None:
@@ -178,11 +173,9 @@ class RNDLearner(PolicyGradientLearner):
         cfg: an :class:`RNDConfig`.
         obs_norm, loss_schedules: as for :class:`PolicyGradientLearner`.
 
-    Modules (checkpointed): ``actor``, ``critic``, ``obs_norm`` (when used), ``rnd``
+    Modules (checkpointed): ``actor``, ``critic``, ``obs_norm`` (when used) and ``rnd``
     (target, predictor, observation / return statistics and the per-env discounted
-    intrinsic returns, all buffers) and, with ``--ext-reward-norm``, ``ext_reward_scaler``
-    (an episodic :class:`~rlkit.objectives.rnd.ReturnScaler` that rescales
-    ``keys.REWARD`` in the batch before the estimator runs). Optimisers: ``optimizer``
+    intrinsic returns, all buffers). Optimisers: ``optimizer``
     (actor and critic) and ``predictor`` (the RND predictor, its own Adam so its gradient
     never enters the policy's clipping norm).
     """
@@ -210,19 +203,11 @@ class RNDLearner(PolicyGradientLearner):
             loss_schedules=loss_schedules,
         )
         self.rnd = rnd
-        self.ext_scaler = (
-            ReturnScaler(num_envs=cfg.num_envs, gamma=cfg.gamma, episodic=True)
-            if cfg.ext_reward_norm
-            else None
-        )
         predictor_cfg = cfg if cfg.predictor_lr is None else _with_lr(cfg, cfg.predictor_lr)
         self.predictor_optimizer = make_optimizer(predictor_cfg, rnd.predictor.parameters())
 
     def modules(self) -> dict[str, nn.Module]:
-        extra = {"rnd": self.rnd}
-        if self.ext_scaler is not None:
-            extra["ext_reward_scaler"] = self.ext_scaler
-        return super().modules() | extra
+        return super().modules() | {"rnd": self.rnd}
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return super().optimizers() | {"predictor": self.predictor_optimizer}
@@ -237,8 +222,7 @@ class RNDLearner(PolicyGradientLearner):
 
     @torch.no_grad()
     def rewards(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
-        """Write ``keys.INTRINSIC_REWARD`` into ``batch`` and, with ``--ext-reward-norm``,
-        scale ``keys.REWARD`` in place (statistics merged over ranks)."""
+        """Write ``keys.INTRINSIC_REWARD`` into ``batch`` (statistics merged over ranks)."""
         time_first = (
             keys.TIME_DIM_NAME in batch.names and batch.names.index(keys.TIME_DIM_NAME) == 0
         )
@@ -254,12 +238,6 @@ class RNDLearner(PolicyGradientLearner):
             "intrinsic_reward_max": float(reward.max()),
             "intrinsic_return_std": float(self.rnd.return_stats.std),
         }
-        if self.ext_scaler is not None:
-            ext = env_major(batch.get(keys.REWARD)).squeeze(-1)
-            done = env_major(batch.get(keys.DONE)).squeeze(-1)
-            scaled = self.ext_scaler(ext, done, all_gather=ctx.all_gather)
-            batch.set(keys.REWARD, env_major(scaled.unsqueeze(-1)))
-            out["extrinsic_return_std"] = float(self.ext_scaler.stats.std)
         return out
 
     def update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
