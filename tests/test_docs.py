@@ -45,6 +45,8 @@ def test_tutorial_swaps_a_custom_loss_into_the_ppo_recipe(monkeypatch):
         "recipes/appo.md",
         "recipes/dqn.md",
         "recipes/sac.md",
+        "recipes/daac.md",
+        "recipes/svpg.md",
     ],
 )
 def test_recipe_pages_name_only_real_flags(page):

@@ -8,30 +8,39 @@ TensorDict whose ``loss_*`` entries are weighted scalars to be summed
 
 from rlkit.objectives import functional
 from rlkit.objectives.a2c import A2CLoss
+from rlkit.objectives.appo import APPOLoss
 from rlkit.objectives.common import ActorCriticLoss, MissingKeyError, total_loss
+from rlkit.objectives.daac import DAACLoss, DAACValueLoss
+from rlkit.objectives.dqn import DQNLoss, nstep_transitions
 from rlkit.objectives.functional import standardize
+from rlkit.objectives.impala import IMPALALoss
+from rlkit.objectives.ppg import PPGAuxLoss
 from rlkit.objectives.ppo import PPOLoss
+from rlkit.objectives.rnd import RND, RNDPPOLoss, TwinGAE
+from rlkit.objectives.sac import DiscreteSACLoss, SACLoss
+from rlkit.objectives.svpg import median_bandwidth, rbf_kernel, stein_update
 
 __all__ = [
     "A2CLoss",
+    "APPOLoss",
     "ActorCriticLoss",
+    "DAACLoss",
+    "DAACValueLoss",
+    "DQNLoss",
+    "DiscreteSACLoss",
+    "IMPALALoss",
     "MissingKeyError",
+    "PPGAuxLoss",
     "PPOLoss",
+    "RND",
+    "RNDPPOLoss",
+    "SACLoss",
+    "TwinGAE",
     "functional",
+    "median_bandwidth",
+    "nstep_transitions",
+    "rbf_kernel",
     "standardize",
+    "stein_update",
     "total_loss",
 ]
-
-from rlkit.objectives.dqn import DQNLoss, nstep_transitions  # noqa: E402
-from rlkit.objectives.sac import DiscreteSACLoss, SACLoss  # noqa: E402
-
-__all__ += ["DQNLoss", "DiscreteSACLoss", "SACLoss", "nstep_transitions"]
-
-from rlkit.objectives.appo import APPOLoss  # noqa: E402
-from rlkit.objectives.impala import IMPALALoss  # noqa: E402
-
-__all__ += ["APPOLoss", "IMPALALoss"]
-
-from rlkit.objectives.ppg import PPGAuxLoss  # noqa: E402
-
-__all__ += ["PPGAuxLoss"]
