@@ -79,6 +79,24 @@ PRESETS: dict[str, dict] = {
         clip_epsilon_final=None,
         target_return=None,
     ),
+    # the settings of recipes/rnd.py's defaults without the bonus: RND's baseline
+    "MountainCar-v0": dict(
+        total_frames=1_000_000,
+        num_envs=32,
+        rollout_steps=128,
+        epochs=4,
+        minibatch_size=1024,
+        lr=3e-4,
+        lr_schedule="constant",
+        gamma=0.999,
+        gae_lambda=0.95,
+        entropy_coef=0.001,
+        clip_epsilon_final=None,
+        normalize_obs=True,
+        normalize_reward=True,
+        eval_every=25_000,
+        target_return=None,
+    ),
 }
 
 

@@ -47,6 +47,7 @@ def test_tutorial_swaps_a_custom_loss_into_the_ppo_recipe(monkeypatch):
         "recipes/sac.md",
         "recipes/daac.md",
         "recipes/svpg.md",
+        "recipes/rnd.md",
     ],
 )
 def test_recipe_pages_name_only_real_flags(page):
@@ -78,6 +79,7 @@ def test_recipe_pages_name_only_real_flags(page):
         "--jobs",
         "--required",
         "--seeds",
+        "--full-budget",
         "--repeats",  # bench_async.py
         "--batches",
     }
