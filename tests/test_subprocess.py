@@ -25,6 +25,20 @@ def _run(args, **kw):
     )
 
 
+def run_ddp(recipe: str, run_dir: Path, *flags: str) -> dict:
+    """Run ``recipes/<recipe>.py`` on two CPU ranks with DDP; check that it exited cleanly,
+    ran two ranks and ended with identical parameters on both; return its summary."""
+    proc = _run(
+        [f"recipes/{recipe}.py", "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp"]
+        + [*flags, "--run-dir", str(run_dir)]
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["world_size"] == 2
+    assert summary["rank_param_max_diff"] == 0.0
+    return summary
+
+
 @pytest.mark.slow
 def test_ddp_two_processes_keep_parameters_identical(tmp_path):
     run_dir = tmp_path / "ddp"

@@ -4,11 +4,7 @@ end to end, routing of envs and evaluation episodes, bad input, and the recipe u
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -29,6 +25,7 @@ from rlkit.training.svpg import (
 )
 from rlkit.value import GAE
 from tests.test_engine import load_recipe
+from tests.test_subprocess import run_ddp
 
 ROOT = Path(__file__).resolve().parents[1]
 E1 = math.exp(-1.0)
@@ -434,40 +431,18 @@ def test_short_run_logs_the_stein_diagnostics(recipe, tmp_path):
 
 @pytest.mark.slow
 def test_ddp_two_processes_keep_particles_identical_across_ranks(tmp_path):
-    run_dir = tmp_path / "ddp"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "recipes/svpg.py",
-            "--accelerator",
-            "cpu",
-            "--devices",
-            "2",
-            "--strategy",
-            "ddp",
-            "--total-frames",
-            "1280",
-            "--eval-every",
-            "0",
-            "--eval-episodes",
-            "4",
-            "--progress",
-            "false",
-            "--run-dir",
-            str(run_dir),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["world_size"] == 2
-    # 2 ranks x 32 envs x 5 steps per batch
-    assert summary["frames"] == 1280
-    assert summary["rank_param_max_diff"] == 0.0
+    flags = [
+        "--total-frames",
+        "1280",
+        "--eval-every",
+        "0",
+        "--eval-episodes",
+        "4",
+        "--progress",
+        "false",
+    ]
+    summary = run_ddp("svpg", tmp_path / "ddp", *flags)
+    assert summary["frames"] == 1280  # 2 ranks x 32 envs x 5 steps per batch
 
 
 @pytest.mark.slow
