@@ -29,20 +29,16 @@ class A2CConfig(OnPolicyConfig):
     """Train A2C. Defaults follow Stable-Baselines3's A2C (8 envs x 5 steps, RMSprop)."""
 
     total_frames: int = field(default=500_000, metadata={"help": "frames to train for"})
-    rollout_steps: int = field(default=5, metadata={"help": "steps per env per batch"})
-    epochs: int = field(default=1, metadata={"help": "passes over each batch"})
+    rollout_steps: int = 5
+    epochs: int = 1
     minibatch_size: int = field(
         default=40, metadata={"help": "samples per gradient step (the whole batch by default)"}
     )
     lr: float = field(default=7e-4, metadata={"help": "learning rate"})
-    optimizer: str = field(
-        default="rmsprop", metadata={"help": "adam or rmsprop", "choices": ("adam", "rmsprop")}
-    )
-    gamma: float = field(default=0.99, metadata={"help": "discount factor"})
+    optimizer: str = "rmsprop"
+    gamma: float = 0.99
     gae_lambda: float = field(default=1.0, metadata={"help": "GAE lambda (1: n-step return)"})
-    normalize_advantage: bool = field(
-        default=False, metadata={"help": "standardise advantages per minibatch"}
-    )
+    normalize_advantage: bool = False
 
 
 PRESETS: dict[str, dict] = {}

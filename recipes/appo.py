@@ -37,19 +37,13 @@ class APPOConfig(VTraceConfig):
     """Train APPO. Defaults solve CartPole-v1; flags override."""
 
     total_frames: int = field(default=500_000, metadata={"help": "frames to train for"})
-    rollout_steps: int = field(default=32, metadata={"help": "steps per env per batch"})
-    epochs: int = field(default=10, metadata={"help": "passes over each batch"})
-    minibatch_size: int = field(default=128, metadata={"help": "samples per gradient step"})
+    rollout_steps: int = 32
+    epochs: int = 10
+    minibatch_size: int = 128
     lr: float = field(default=1e-3, metadata={"help": "initial learning rate"})
-    lr_schedule: str = field(
-        default="linear",
-        metadata={
-            "help": "constant, linear (to --lr-final) or kl (adaptive from --kl-target)",
-            "choices": ("constant", "linear", "kl"),
-        },
-    )
-    gamma: float = field(default=0.98, metadata={"help": "discount factor"})
-    vtrace_lambda: float = field(default=0.8, metadata={"help": "V-trace lambda in [0, 1]"})
+    lr_schedule: str = "linear"
+    gamma: float = 0.98
+    vtrace_lambda: float = 0.8
     clip_epsilon: float = field(default=0.2, metadata={"help": "clip range of pi / pi_bar"})
     value_clip: float | None = field(
         default=None, metadata={"help": "value clipping range; none: unclipped value loss"}

@@ -41,7 +41,7 @@ class DQNConfig(OffPolicyConfig):
     utd_ratio: float = field(
         default=0.5, metadata={"help": "gradient steps per collected frame (128 per 256)"}
     )
-    batch_size: int = field(default=64, metadata={"help": "transitions per gradient step"})
+    batch_size: int = 64
     buffer_size: int = field(default=100_000, metadata={"help": "replay buffer capacity"})
     learning_starts: int = field(
         default=1000, metadata={"help": "frames of uniform random actions before learning"}

@@ -35,14 +35,14 @@ class IMPALAConfig(VTraceConfig):
     """Train IMPALA. Defaults solve CartPole-v1; flags override."""
 
     total_frames: int = field(default=500_000, metadata={"help": "frames to train for"})
-    rollout_steps: int = field(default=32, metadata={"help": "steps per env per batch"})
-    epochs: int = field(default=4, metadata={"help": "passes over each batch"})
+    rollout_steps: int = 32
+    epochs: int = 4
     minibatch_size: int = field(
         default=256, metadata={"help": "frames per gradient step (whole trajectories)"}
     )
     lr: float = field(default=1e-3, metadata={"help": "learning rate"})
-    gamma: float = field(default=0.99, metadata={"help": "discount factor"})
-    entropy_coef: float = field(default=0.0, metadata={"help": "entropy bonus coefficient"})
+    gamma: float = 0.99
+    entropy_coef: float = 0.0
     reduction: str = field(
         default="mean", metadata={"help": "mean or sum over the batch", "choices": ("mean", "sum")}
     )

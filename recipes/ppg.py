@@ -34,23 +34,15 @@ class PPGRecipeConfig(PPGConfig):
     """Train PPG. Defaults solve CartPole-v1; flags override (see --help)."""
 
     total_frames: int = field(default=200_000, metadata={"help": "frames to train for"})
-    rollout_steps: int = field(default=32, metadata={"help": "steps per env per batch"})
+    rollout_steps: int = 32
     epochs: int = field(default=10, metadata={"help": "policy epochs per batch"})
-    minibatch_size: int = field(default=128, metadata={"help": "samples per gradient step"})
+    minibatch_size: int = 128
     lr: float = field(default=1e-3, metadata={"help": "initial learning rate"})
-    lr_schedule: str = field(
-        default="linear",
-        metadata={
-            "help": "constant, linear (to --lr-final) or kl (adaptive from --kl-target)",
-            "choices": ("constant", "linear", "kl"),
-        },
-    )
-    gamma: float = field(default=0.98, metadata={"help": "discount factor"})
-    gae_lambda: float = field(default=0.8, metadata={"help": "GAE lambda"})
+    lr_schedule: str = "linear"
+    gamma: float = 0.98
+    gae_lambda: float = 0.8
     n_pi: int = field(default=8, metadata={"help": "policy-phase iterations per phase"})
-    clip_epsilon_final: float | None = field(
-        default=0.0, metadata={"help": "clip range at the end (linear); none: constant"}
-    )
+    clip_epsilon_final: float | None = 0.0
 
 
 #: Settings that override the defaults for an environment (flags and --config still win).

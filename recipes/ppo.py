@@ -31,22 +31,14 @@ class PPOConfig(ClipConfig):
     """Train PPO. Defaults solve CartPole-v1 (rl-zoo3's tuned settings); flags override."""
 
     total_frames: int = field(default=100_000, metadata={"help": "frames to train for"})
-    rollout_steps: int = field(default=32, metadata={"help": "steps per env per batch"})
-    epochs: int = field(default=20, metadata={"help": "passes over each batch"})
-    minibatch_size: int = field(default=256, metadata={"help": "samples per gradient step"})
+    rollout_steps: int = 32
+    epochs: int = 20
+    minibatch_size: int = 256
     lr: float = field(default=1e-3, metadata={"help": "initial learning rate"})
-    lr_schedule: str = field(
-        default="linear",
-        metadata={
-            "help": "constant, linear (to --lr-final) or kl (adaptive from --kl-target)",
-            "choices": ("constant", "linear", "kl"),
-        },
-    )
-    gamma: float = field(default=0.98, metadata={"help": "discount factor"})
-    gae_lambda: float = field(default=0.8, metadata={"help": "GAE lambda"})
-    clip_epsilon_final: float | None = field(
-        default=0.0, metadata={"help": "clip range at the end (linear); none: constant"}
-    )
+    lr_schedule: str = "linear"
+    gamma: float = 0.98
+    gae_lambda: float = 0.8
+    clip_epsilon_final: float | None = 0.0
 
 
 #: Settings that override the defaults for an environment (flags and --config still win).

@@ -33,15 +33,15 @@ from rlkit.training.rnd import RNDConfig, RNDLearner, build_rnd_networks
 class RNDRecipeConfig(RNDConfig):
     """Train RND-PPO. Defaults explore MountainCar-v0 (sparse reward); flags override."""
 
-    env: str = field(default="MountainCar-v0", metadata={"help": "gymnasium environment id"})
+    env: str = "MountainCar-v0"
     total_frames: int = field(default=1_000_000, metadata={"help": "frames to train for"})
-    num_envs: int = field(default=32, metadata={"help": "parallel environments per rank"})
-    rollout_steps: int = field(default=128, metadata={"help": "steps per env per batch"})
-    epochs: int = field(default=4, metadata={"help": "passes over each batch"})
-    minibatch_size: int = field(default=1024, metadata={"help": "samples per gradient step"})
+    num_envs: int = 32
+    rollout_steps: int = 128
+    epochs: int = 4
+    minibatch_size: int = 1024
     lr: float = field(default=3e-4, metadata={"help": "learning rate"})
     gae_lambda: float = field(default=0.95, metadata={"help": "GAE lambda (both streams)"})
-    entropy_coef: float = field(default=0.001, metadata={"help": "entropy bonus coefficient"})
+    entropy_coef: float = 0.001
     normalize_obs: bool = field(
         default=True, metadata={"help": "running observation normalisation (policy, critic)"}
     )

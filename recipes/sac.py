@@ -34,7 +34,7 @@ from rlkit.training.offpolicy import offpolicy_collector as make_collector
 class SACConfig(OffPolicyConfig):
     """Train SAC. Defaults are SB3's SAC with rl-zoo3's Pendulum-v1 learning rate."""
 
-    env: str = field(default="Pendulum-v1", metadata={"help": "gymnasium environment id"})
+    env: str = "Pendulum-v1"
     total_frames: int = field(default=20_000, metadata={"help": "frames to train for"})
     eval_every: int = field(default=1000, metadata={"help": "evaluate every this many frames"})
     batch_size: int = field(

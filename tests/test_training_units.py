@@ -238,3 +238,23 @@ def test_plot_curve_writes_png(tmp_path):
     )
     out = plot_curve(Path(tmp_path), title="t")
     assert out is not None and out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_subclass_that_only_changes_a_default_keeps_the_base_flag_help_and_choices(capsys):
+    import dataclasses
+
+    from rlkit.training.config import build_parser
+    from rlkit.training.onpolicy import OnPolicyConfig
+
+    @dataclasses.dataclass(frozen=True)
+    class Child(OnPolicyConfig):
+        epochs: int = 3
+        lr_schedule: str = "linear"
+
+    parser = build_parser(Child)
+    actions = {a.dest: a for a in parser._actions}
+    assert actions["epochs"].help == "passes over each batch (default: 3)"
+    assert actions["lr_schedule"].choices == ("constant", "linear", "kl")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--lr-schedule", "cosine"])
+    assert "invalid choice" in capsys.readouterr().err

@@ -184,6 +184,17 @@ def _converter(tp: Any, optional: bool):
     return convert
 
 
+def field_metadata(cls: type, name: str) -> Mapping[str, Any]:
+    """The help text and choices of field ``name``: its own, or, when a subclass only
+    changes the default (``epochs: int = 20``), those of the nearest base that declares
+    them."""
+    for klass in cls.__mro__:
+        f = getattr(klass, "__dataclass_fields__", {}).get(name)
+        if f is not None and f.metadata:
+            return f.metadata
+    return {}
+
+
 def build_parser(cls: type, *, description: str | None = None) -> argparse.ArgumentParser:
     """An argparse parser with one ``--flag`` per dataclass field of ``cls``."""
     parser = argparse.ArgumentParser(
@@ -195,14 +206,15 @@ def build_parser(cls: type, *, description: str | None = None) -> argparse.Argum
     for f in dataclasses.fields(cls):
         tp, optional = _base_type(hints[f.name])
         flag = "--" + f.name.replace("_", "-")
+        meta = field_metadata(cls, f.name)
         kwargs: dict[str, Any] = {
             "dest": f.name,
             "default": argparse.SUPPRESS,
-            "help": f.metadata.get("help", "") + f" (default: {f.default!r})",
+            "help": meta.get("help", "") + f" (default: {f.default!r})",
             "type": _converter(tp, optional),
         }
-        if "choices" in f.metadata:
-            kwargs["choices"] = f.metadata["choices"]
+        if "choices" in meta:
+            kwargs["choices"] = meta["choices"]
         if typing.get_origin(tp) is tuple:
             kwargs["nargs"] = "+"
         if tp is bool:

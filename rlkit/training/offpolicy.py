@@ -60,7 +60,7 @@ def _help(text: str, **kw: Any) -> dict[str, Any]:
 class OffPolicyConfig(TrainConfig):
     """Flags shared by off-policy recipes (DQN, SAC)."""
 
-    num_envs: int = field(default=1, metadata=_help("parallel environments per rank"))
+    num_envs: int = 1
     steps_per_batch: int = field(
         default=1, metadata=_help("env steps per env between update phases (SB3 train_freq)")
     )
