@@ -49,7 +49,7 @@ from common import (  # noqa: E402
 
 
 def run_seed(args: argparse.Namespace, seed: int, root: Path) -> dict:
-    run_dir = root / f"{args.algo}-{args.env}-s{seed}"
+    run_dir = root / f"{args.algo}-{args.env.replace('/', '-')}-s{seed}"  # no nested dirs
     command = [
         sys.executable,
         f"recipes/{args.algo}.py",
@@ -194,7 +194,8 @@ def main() -> None:
         f"Solved {solved}/{len(rows)} seeds (bar: {required}). Command: `{command_line()}`; "
         f"commit `{payload['commit']['commit'][:10]}`.\n\n{table}\n"
     )
-    stem = args.out or REPO_ROOT / "benchmarks" / "results" / f"learning_{args.algo}_{args.env}"
+    env_name = args.env.replace("/", "-")  # namespaced ids such as rlkit/MountainCarSparse-v0
+    stem = args.out or REPO_ROOT / "benchmarks" / "results" / f"learning_{args.algo}_{env_name}"
     for path in write_results(stem, payload, md):
         print(f"wrote {path}")
 

@@ -90,6 +90,9 @@ PRESETS: dict[str, dict] = {
         target_return=None,
     ),
 }
+# MountainCar with reward 1 at the goal and 0 otherwise (rlkit.envs.sparse): the same settings,
+# the PPO baseline of recipes/rnd.py's sparse-reward benchmark
+PRESETS["rlkit/MountainCarSparse-v0"] = dict(PRESETS["MountainCar-v0"])
 
 
 # 2-5. networks, estimator, loss, learner ----------------------------------------------------

@@ -359,3 +359,28 @@ def test_reward_normalisation_is_refused_by_worker_collector_recipes(capsys):
     with pytest.raises(SystemExit):
         impala.parse_config(impala.IMPALAConfig, ["--normalize-reward", "true"])
     assert "--normalize-reward is not supported" in capsys.readouterr().err
+
+
+def test_eval_env_scores_the_policy_on_another_task_with_the_same_spaces(ppo, tmp_path):
+    common = [*TINY, *QUIET, "--total-frames", "64", "--env", "rlkit/MountainCarSparse-v0"]
+    sparse = ppo.main([*common, "--run-dir", str(tmp_path / "sparse")])
+    dense = ppo.main(
+        [*common, "--run-dir", str(tmp_path / "dense"), "--eval-env", "MountainCar-v0"]
+    )
+    # identical training (same seed, same sparse rewards), so the same greedy policy...
+    a = ckpt.load(tmp_path / "sparse" / "checkpoints" / "last.pt")["modules"]["actor"]
+    b = ckpt.load(tmp_path / "dense" / "checkpoints" / "last.pt")["modules"]["actor"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    # ...scored in two currencies: the sparse task pays 0 or 1 per episode (an untrained policy
+    # does not reach the goal: 0), MountainCar-v0 pays -1 per step up to its 200-step limit
+    assert sparse["eval_return_mean"] == 0.0
+    assert dense["eval_return_mean"] == -200.0
+    assert dense["config"]["eval_env"] == "MountainCar-v0"
+
+
+def test_eval_env_with_other_spaces_is_refused_before_training(ppo, tmp_path):
+    with pytest.raises(ValueError, match="--eval-env 'Acrobot-v1' does not match --env"):
+        ppo.main([*TINY, *QUIET, "--eval-env", "Acrobot-v1", "--run-dir", str(tmp_path)])
+    assert not (tmp_path / "metrics.csv").exists()
+    with pytest.raises(ValueError, match="unknown environment id 'CartPol-v1'"):
+        ppo.main([*TINY, *QUIET, "--eval-env", "CartPol-v1", "--run-dir", str(tmp_path)])

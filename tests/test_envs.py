@@ -386,3 +386,59 @@ def test_cpu_env_has_no_tensordict_device():
     env = make_env("CartPole-v1", num_envs=2, device="cpu")
     td = env.rollout(2)
     assert env.device is None and td[keys.NEXT_OBSERVATION].device.type == "cpu"
+
+
+# --------------------------------------------------------------------------- sparse variants
+
+
+def _velocity_policy(obs) -> int:
+    """Push in the direction of motion: reaches MountainCar's goal in ~100-160 steps."""
+    return 2 if obs[1] >= 0 else 0
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_sparse_mountain_car_reward_is_one_exactly_at_the_goal(seed):
+    dense, sparse = gymnasium.make("MountainCar-v0"), gymnasium.make("rlkit/MountainCarSparse-v0")
+    od, _ = dense.reset(seed=seed)
+    os_, _ = sparse.reset(seed=seed)
+    np.testing.assert_array_equal(od, os_)
+    rewards, steps = [], 0
+    while True:
+        a = _velocity_policy(od)
+        od, rd, td, trd, _ = dense.step(a)
+        os_, rs, ts, trs, _ = sparse.step(a)
+        steps += 1
+        np.testing.assert_array_equal(od, os_)  # same dynamics, step by step
+        assert (td, trd) == (ts, trs) and rd == -1.0
+        rewards.append(rs)
+        if td or trd:
+            break
+    assert td and not trd and steps < 200  # the goal, not the time limit
+    assert rewards == [0.0] * (steps - 1) + [1.0]
+
+
+def test_sparse_mountain_car_keeps_the_200_step_limit_and_batched_rewards():
+    env = make_env("rlkit/MountainCarSparse-v0", num_envs=3, seed=0)
+    td = env.rollout(200, break_when_any_done=False)  # uniform random actions, seeded
+    assert not td.get(keys.TERMINATED).any()  # a random policy does not reach the goal...
+    assert td.get(keys.REWARD).abs().sum() == 0  # ...so it sees only 0s...
+    assert td.get(keys.TRUNCATED)[:, -1].all() and not td.get(keys.TRUNCATED)[:, :-1].any()
+
+
+def test_check_same_spaces_names_both_tasks_and_the_mismatch():
+    from rlkit.envs import check_same_spaces
+
+    sparse = make_env("rlkit/MountainCarSparse-v0", num_envs=4, seed=0)
+    check_same_spaces(  # same spaces, different batch sizes: fine
+        sparse, make_env("MountainCar-v0", num_envs=2, seed=0), train_id="a", eval_id="b"
+    )
+    with pytest.raises(ValueError, match=r"'CartPole-v1' does not match --env 'sp'.*\[2\].*\[4\]"):
+        cartpole = make_env("CartPole-v1", num_envs=2, seed=0)
+        check_same_spaces(sparse, cartpole, train_id="sp", eval_id="CartPole-v1")
+    with pytest.raises(ValueError, match=r"actions Categorical\[\]\(n=3\) vs Bounded"):
+        check_same_spaces(  # same observation shape, continuous actions
+            sparse,
+            make_env("MountainCarContinuous-v0", num_envs=2, seed=0),
+            train_id="a",
+            eval_id="b",
+        )

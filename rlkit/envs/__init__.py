@@ -1,5 +1,15 @@
-"""Environments: gymnasium ids -> batched, truncation-correct TorchRL envs."""
+"""Environments: gymnasium ids -> batched, truncation-correct TorchRL envs.
 
-from rlkit.envs.make import get_obs_norm, get_reward_norm, make_env, make_eval_env
+Importing this package also registers rlkit's own gymnasium ids (:mod:`rlkit.envs.sparse`).
+"""
 
-__all__ = ["get_obs_norm", "get_reward_norm", "make_env", "make_eval_env"]
+from rlkit.envs import sparse  # noqa: F401  (registers rlkit/MountainCarSparse-v0)
+from rlkit.envs.make import (
+    check_same_spaces,
+    get_obs_norm,
+    get_reward_norm,
+    make_env,
+    make_eval_env,
+)
+
+__all__ = ["check_same_spaces", "get_obs_norm", "get_reward_norm", "make_env", "make_eval_env"]

@@ -42,7 +42,13 @@ from torchrl.envs import (
 from rlkit import keys
 from rlkit.modules.normalization import ObservationNorm, RewardNorm
 
-__all__ = ["get_obs_norm", "get_reward_norm", "make_env", "make_eval_env"]
+__all__ = [
+    "check_same_spaces",
+    "get_obs_norm",
+    "get_reward_norm",
+    "make_env",
+    "make_eval_env",
+]
 
 GymWrapperFn = Callable[[gymnasium.Env], gymnasium.Env]
 
@@ -305,6 +311,40 @@ def make_eval_env(
         env_kwargs=env_kwargs,
         wrappers=wrappers,
     )
+
+
+def _describe(spec) -> str:
+    space = getattr(spec, "space", None)
+    n = getattr(space, "n", None)
+    return f"{type(spec).__name__}{list(spec.shape)}" + (f"(n={n})" if n is not None else "")
+
+
+def check_same_spaces(train_env: EnvBase, eval_env: EnvBase, *, train_id: str, eval_id: str):
+    """Raise ``ValueError`` unless a policy for ``train_env`` can act in ``eval_env``.
+
+    Per sub-environment, the observation must have the same shape and dtype and the action
+    spec must be equal (kind, shape, dtype and bounds); batch sizes may differ.
+    """
+    tb, eb = len(train_env.batch_size), len(eval_env.batch_size)
+    to, eo = (
+        train_env.observation_spec[keys.OBSERVATION],
+        eval_env.observation_spec[keys.OBSERVATION],
+    )
+    problems = []
+    if to.shape[tb:] != eo.shape[eb:] or to.dtype != eo.dtype:
+        problems.append(
+            f"observations {list(to.shape[tb:])} {to.dtype} vs {list(eo.shape[eb:])} {eo.dtype}"
+        )
+    ta, ea = train_env.action_spec, eval_env.action_spec
+    ta, ea = ta[(0,) * tb] if tb else ta, ea[(0,) * eb] if eb else ea
+    if ta != ea:
+        problems.append(f"actions {_describe(ta)} vs {_describe(ea)}")
+    if problems:
+        raise ValueError(
+            f"--eval-env {eval_id!r} does not match --env {train_id!r}: "
+            + "; ".join(problems)
+            + ". Evaluate on a task with the same observation and action spaces, or drop --eval-env"
+        )
 
 
 def _find_transform(env: EnvBase, cls: type[Transform]) -> Any:

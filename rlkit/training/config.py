@@ -53,6 +53,13 @@ class TrainConfig:
     eval_episodes: int = field(
         default=10, metadata=_help("deterministic evaluation episodes per evaluation")
     )
+    eval_env: str | None = field(
+        default=None,
+        metadata=_help(
+            "evaluate on this gymnasium id instead of --env (same observation and action "
+            "spaces), e.g. the original task of a reward-shaped or sparse variant"
+        ),
+    )
     checkpoint_every: int = field(
         default=50_000, metadata=_help("write a checkpoint every this many frames (0: only at end)")
     )

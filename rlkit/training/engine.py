@@ -218,7 +218,8 @@ def resolve_run_dir(cfg: TrainConfig, algo: str) -> Path:
         # <run-dir>/checkpoints/<file>.pt
         return Path(cfg.resume).resolve().parent.parent
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{algo}-{cfg.env}-s{cfg.seed}-{stamp}"
+    env = cfg.env.replace("/", "-")  # namespaced ids such as rlkit/MountainCarSparse-v0
+    return Path("runs") / f"{algo}-{env}-s{cfg.seed}-{stamp}"
 
 
 def _checkpoint_path(cfg: TrainConfig, run_dir: Path) -> Path | None:
@@ -345,7 +346,7 @@ class Engine:
                 torch.distributed.destroy_process_group()
 
     def _fit(self, fabric) -> dict[str, Any]:
-        from rlkit.envs import get_reward_norm, make_env
+        from rlkit.envs import check_same_spaces, get_reward_norm, make_env
         from rlkit.training.evaluation import Evaluator
 
         cfg, rank = self.cfg, fabric.global_rank
@@ -391,7 +392,11 @@ class Engine:
         )
         if rank == 0:
             _save_config(cfg, run_dir / "config.yaml")
-        evaluator = Evaluator(cfg.env, episodes=cfg.eval_episodes, device=fabric.device)
+        evaluator = Evaluator(
+            cfg.eval_env or cfg.env, episodes=cfg.eval_episodes, device=fabric.device
+        )
+        if cfg.eval_env:
+            check_same_spaces(env, evaluator.env, train_id=cfg.env, eval_id=cfg.eval_env)
         ctx = Context(fabric, cfg.total_frames, counters)
         ctx.generator.manual_seed(cfg.seed + 1000 * rank + counters.frames)
         collector = self.make_collector(env, learner, fabric.device)
@@ -563,7 +568,8 @@ class _LoopState:
         if self.is_zero and cfg.video:
             from rlkit.training.evaluation import record_gif
 
-            record_gif(cfg.env, self.learner.eval_policy(), self.run_dir / "eval.gif")
+            env_id = cfg.eval_env or cfg.env
+            record_gif(env_id, self.learner.eval_policy(), self.run_dir / "eval.gif")
         mean, std = self.last_eval or (math.nan, math.nan)
         summary = {
             "algo": self.learner.algo,
