@@ -237,3 +237,48 @@ def test_ddp_spawn_strategy_runs_ranks_in_spawned_processes(tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["frames"] == 4096
     assert summary["rank_param_max_diff"] == 0.0
+
+
+def _reward_stats(path: Path) -> dict:
+    return ckpt.load(path)["modules"]["reward_norm"]
+
+
+@pytest.mark.slow
+def test_ddp_resume_gives_each_rank_its_own_per_rank_state(tmp_path):
+    """Reward-scaling statistics are per rank (each rank's own envs): a DDP resume restores
+    rank 1's from rank 1's file, not rank 0's; a stale rank file falls back with a warning."""
+    import torch
+
+    run_dir = tmp_path / "ddp"
+    flags = ["--normalize-reward", "true", "--eval-every", "0", "--eval-episodes", "2"]
+    flags += ["--progress", "false", "--checkpoint-every", "1024"]
+    run_ddp("ppo", run_dir, *flags, "--total-frames", "2048")  # 4 batches of 2 x 8 x 32
+    folder = run_dir / "checkpoints"
+    zero, one = folder / "last.pt", folder / "rank1" / "last.pt"
+    assert sorted(p.name for p in (folder / "rank1").iterdir()) == sorted(
+        p.name for p in folder.iterdir() if p.is_file()
+    )  # every checkpoint has its rank-1 copy
+    s0, s1 = _reward_stats(zero), _reward_stats(one)
+    assert s0.keys() == s1.keys()
+    assert any(not torch.equal(s0[k], s1[k]) for k in s0), "ranks' reward statistics agree"
+    p0, p1 = ckpt.load(zero), ckpt.load(one)
+    assert p0["counters"]["frames"] == p1["counters"]["frames"] == 2048
+    assert p0["counters"]["batches"] == p1["counters"]["batches"] and p1["world_size"] == 2
+    assert all(torch.equal(p0["modules"]["actor"][k], v) for k, v in p1["modules"]["actor"].items())
+
+    # resume with nothing left to train: the final checkpoint re-saves what each rank restored
+    run_ddp("ppo", run_dir, *flags, "--total-frames", "2048", "--resume", "last")
+    after = _reward_stats(one)
+    assert all(torch.equal(after[k], s1[k]) for k in s1), "rank 1 did not restore its own"
+
+    # a rank file from another frame count (a run killed between the ranks' writes): rank 0's
+    stale = folder / "rank1" / "frames_000000001024.pt"
+    one.write_bytes(stale.read_bytes())
+    proc = _run(
+        ["recipes/ppo.py", "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp"]
+        + [*flags, "--total-frames", "2048", "--resume", "last", "--run-dir", str(run_dir)]
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "rank 1" in proc.stderr and "does not match" in proc.stderr
+    fallback = _reward_stats(one)
+    assert all(torch.equal(fallback[k], s0[k]) for k in s0)

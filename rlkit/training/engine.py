@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import os
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -300,6 +301,49 @@ def _restore(
     return payload
 
 
+def rank_checkpoint_path(path: Path, rank: int) -> Path:
+    """Where rank ``rank > 0`` keeps its copy of checkpoint ``path``: ``<dir>/rank<r>/<name>``.
+
+    On several ranks, state that each rank keeps for itself (reward-scaling statistics of its
+    own envs, RND's per-env intrinsic return, an off-policy replay buffer, the RNG) differs
+    between ranks; rank 0's file holds rank 0's, and every other rank writes its own payload
+    next to it so that a resume restores each rank's own.
+    """
+    return path if rank == 0 else path.parent / f"rank{rank}" / path.name
+
+
+def _resume_rank(fabric, path: Path, learner, counters, env_modules) -> dict[str, Any] | None:
+    """Restore this rank from ``path`` (rank 0) or its own copy; return the payload whose RNG
+    state applies to this rank, or ``None`` when it fell back to rank 0's file."""
+    rank = fabric.global_rank
+    own = rank_checkpoint_path(path, rank)
+    payload = None
+    if rank > 0 and own.is_file():
+        payload = _restore(own, learner, counters, extra_modules=env_modules)
+        if payload.get("world_size") != fabric.world_size:
+            payload = None
+    # rank 0 decides which files belong together: a rank's own copy counts only if it was
+    # written at the same frame count (a run killed between the ranks' writes leaves an
+    # older one behind) by a run with the same number of ranks
+    frames = -1 if payload is None else int(payload["counters"]["frames"])
+    if rank == 0:
+        payload = _restore(path, learner, counters, extra_modules=env_modules)
+        frames = int(payload["counters"]["frames"])
+    if fabric.world_size == 1:
+        return payload
+    reference = int(fabric.broadcast(frames, src=0))
+    if rank > 0 and (payload is None or frames != reference):
+        if own.is_file() or payload is not None:
+            warnings.warn(
+                f"rank {rank}: {str(own)!r} does not match {str(path)!r} (other frame count or "
+                "number of ranks); this rank resumes with rank 0's copy of its per-rank state",
+                stacklevel=2,
+            )
+        _restore(path, learner, counters, extra_modules=env_modules)
+        return None
+    return payload
+
+
 def _warm_start(path: Path, learner: Learner) -> None:
     payload = ckpt.load(path)
     names = learner.warm_start_modules or tuple(learner.modules())
@@ -361,7 +405,7 @@ class Engine:
             cfg.env, num_envs=cfg.num_envs, seed=cfg.seed + 1000 * rank, **cfg.env_options()
         )
         # statistics that live in the env (reward scaling) are checkpointed with the learner;
-        # on several ranks each keeps its own and a resume restores rank 0's on every rank
+        # on several ranks each keeps its own, in its own file (rank_checkpoint_path)
         reward_norm = get_reward_norm(env)
         env_modules = {"reward_norm": reward_norm} if reward_norm is not None else {}
         learner = self.build(cfg, env)
@@ -374,8 +418,8 @@ class Engine:
 
         counters = Counters()
         if resume_path is not None:
-            payload = _restore(resume_path, learner, counters, extra_modules=env_modules)
-            if rank == 0:
+            payload = _resume_rank(fabric, resume_path, learner, counters, env_modules)
+            if payload is not None:
                 ckpt.set_rng_state(payload["rng"])
             else:
                 torch.manual_seed(cfg.seed + 1000 * rank + counters.frames)
@@ -537,13 +581,16 @@ class _LoopState:
         modules = self.learner.modules()
         if not ckpt.all_finite(modules):
             raise NonFiniteError(f"non-finite parameters at {self.counters.frames:,} frames")
-        if not self.is_zero:
-            return
         payload = _payload(self.cfg, self.learner, self.counters, extra_modules=self.extra_modules)
+        payload["world_size"] = world = self.fabric.world_size
+        rank = self.fabric.global_rank
         folder = self.run_dir / "checkpoints"
-        ckpt.atomic_save(payload, folder / "last.pt")
+        paths = [folder / "last.pt"]
         if snapshot:
-            ckpt.atomic_save(payload, folder / f"frames_{self.counters.frames:012d}.pt")
+            paths.append(folder / f"frames_{self.counters.frames:012d}.pt")
+        for path in paths:
+            if world > 1 or rank == 0:
+                ckpt.atomic_save(payload, rank_checkpoint_path(path, rank))
 
     def rank_param_max_diff(self) -> float:
         """Largest difference of any parameter between ranks (0.0 when they agree)."""
