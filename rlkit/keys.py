@@ -94,6 +94,7 @@ TERMINATED = (NEXT, "terminated")
 TRUNCATED = (NEXT, "truncated")
 NEXT_OBSERVATION = (NEXT, OBSERVATION)
 NEXT_STATE_VALUE = (NEXT, STATE_VALUE)
+NEXT_INTRINSIC_STATE_VALUE = (NEXT, INTRINSIC_STATE_VALUE)
 
 #: Running (undiscounted) episode return, written by ``make_env`` through TorchRL's
 #: ``RewardSum``; at a done step ``("next", EPISODE_RETURN_NAME)`` is the episode's return.

@@ -53,9 +53,6 @@ __all__ = [
     "non_episodic_gae",
 ]
 
-#: ``("next", "intrinsic_state_value")``: the intrinsic head at the next observation.
-NEXT_INTRINSIC_STATE_VALUE = (keys.NEXT, keys.INTRINSIC_STATE_VALUE)
-
 WRITTEN_BY_RND = (
     "rlkit.objectives.rnd.RND.intrinsic_reward writes it (RNDLearner does, before the "
     "estimator runs)"
@@ -454,7 +451,7 @@ class TwinGAE(GAE):
             *super().in_keys,
             keys.INTRINSIC_REWARD,
             keys.INTRINSIC_STATE_VALUE,
-            NEXT_INTRINSIC_STATE_VALUE,
+            keys.NEXT_INTRINSIC_STATE_VALUE,
         ]
 
     @property
@@ -466,7 +463,7 @@ class TwinGAE(GAE):
             keys.STATE_VALUE,
             keys.NEXT_STATE_VALUE,
             keys.INTRINSIC_STATE_VALUE,
-            NEXT_INTRINSIC_STATE_VALUE,
+            keys.NEXT_INTRINSIC_STATE_VALUE,
         )
         present = td.keys(include_nested=True)
         if not self.recompute_values and all(k in present for k in wanted):
@@ -490,7 +487,7 @@ class TwinGAE(GAE):
         super().forward(td, time_dim=time_dim)  # extrinsic stream; writes both heads' values
         fdim = self._resolve_time_dim(td, time_dim) - td.batch_dims - 1
         value = self._get_scalar(td, keys.INTRINSIC_STATE_VALUE)
-        last = self._get_scalar(td, NEXT_INTRINSIC_STATE_VALUE)
+        last = self._get_scalar(td, keys.NEXT_INTRINSIC_STATE_VALUE)
         advantage, target = non_episodic_gae(
             self._get_scalar(td, keys.INTRINSIC_REWARD),
             value,
