@@ -384,3 +384,43 @@ def test_eval_env_with_other_spaces_is_refused_before_training(ppo, tmp_path):
     assert not (tmp_path / "metrics.csv").exists()
     with pytest.raises(ValueError, match="unknown environment id 'CartPol-v1'"):
         ppo.main([*TINY, *QUIET, "--eval-env", "CartPol-v1", "--run-dir", str(tmp_path)])
+
+
+def test_eval_only_scores_a_checkpoint_exactly_as_the_training_run_did(ppo, tmp_path):
+    train = [*TINY, *QUIET, "--total-frames", "256", "--eval-every", "0", "--normalize-obs", "true"]
+    summary = ppo.main([*train, "--run-dir", str(tmp_path / "train")])
+    last = str(tmp_path / "train" / "checkpoints" / "last.pt")
+    result = ppo.main(
+        [*train, "--init-from", last, "--eval-only", "--run-dir", str(tmp_path / "eval")]
+    )
+    # the same networks and observation statistics, the same evaluation seeds: the same returns
+    assert result["eval_return_mean"] == summary["eval_return_mean"]
+    assert result["trained_frames"] == 256 and len(result["returns"]) == 2
+    on_disk = json.loads((tmp_path / "eval" / "evaluation.json").read_text())
+    assert on_disk["returns"] == result["returns"]
+    assert not (tmp_path / "eval" / "checkpoints").exists()  # nothing trained, nothing saved
+    assert not (tmp_path / "eval" / "metrics.csv").exists()
+
+    # a config whose networks the checkpoint lacks is named, not silently half-loaded
+    with pytest.raises(CheckpointError, match="does not fit module 'actor'.*use matching flags"):
+        plain = str(tmp_path / "plain" / "checkpoints" / "last.pt")
+        ppo.main([*TINY, *QUIET, "--total-frames", "64", "--run-dir", str(tmp_path / "plain")])
+        ppo.main([*train, "--init-from", plain, "--eval-only", "--run-dir", str(tmp_path / "x")])
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ([], "--eval-only needs --init-from PATH"),
+        (["--init-from", "x.pt", "--resume", "x.pt"], "not --resume"),
+    ],
+)
+def test_eval_only_bad_flags_are_named(ppo, tmp_path, capsys, extra, message):
+    with pytest.raises(SystemExit):
+        ppo.main([*TINY, *QUIET, "--eval-only", *extra, "--run-dir", str(tmp_path)])
+    assert message in capsys.readouterr().err
+
+
+def test_eval_only_missing_checkpoint_is_named(ppo, tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        ppo.main([*TINY, *QUIET, "--eval-only", "--init-from", "no.pt", "--run-dir", str(tmp_path)])

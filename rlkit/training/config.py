@@ -76,6 +76,13 @@ class TrainConfig:
     init_from: str | None = field(
         default=None, metadata=_help("warm start: load network weights only from a checkpoint")
     )
+    eval_only: bool = field(
+        default=False,
+        metadata=_help(
+            "evaluate the policy of the --init-from checkpoint for --eval-episodes episodes "
+            "(--eval-env and --video apply), write evaluation.json and exit without training"
+        ),
+    )
     accelerator: str = field(default="cpu", metadata=_help("cpu, gpu, cuda, mps or auto"))
     devices: str = field(default="1", metadata=_help("devices per node: a count, or 'auto'"))
     strategy: str = field(default="auto", metadata=_help("auto, ddp or ddp_spawn"))
@@ -100,6 +107,13 @@ class TrainConfig:
                 f"strategy {self.strategy!r} is not supported; use auto, ddp or ddp_spawn "
                 "(rlkit all-reduces gradients itself, so sharded strategies do not apply)"
             )
+        if self.eval_only and not self.init_from:
+            raise ValueError(
+                "--eval-only needs --init-from PATH: the checkpoint whose policy to evaluate "
+                "(with --config <run-dir>/config.yaml for its network settings)"
+            )
+        if self.eval_only and self.resume:
+            raise ValueError("--eval-only takes its checkpoint from --init-from, not --resume")
         if self.devices != "auto":
             try:
                 n = int(self.devices)

@@ -23,6 +23,7 @@ The loop::
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -353,6 +354,53 @@ def _warm_start(path: Path, learner: Learner) -> None:
             ckpt.load_module_state(modules[name], payload["modules"][name], name=name, path=path)
 
 
+def _evaluate_only(fabric, cfg: TrainConfig, learner: Learner, env, run_dir: Path) -> dict:
+    """``--eval-only``: every network of ``--init-from``, ``--eval-episodes`` deterministic
+    episodes on ``--eval-env`` (or ``--env``), ``evaluation.json`` (+ ``eval.gif``), no training."""
+    from rlkit.envs import check_same_spaces
+    from rlkit.training.evaluation import Evaluator, record_gif
+
+    if fabric.world_size > 1:
+        raise ValueError("--eval-only runs in one process: drop --devices / --strategy")
+    path = Path(cfg.init_from)
+    payload = ckpt.load(path)
+    ckpt.check_compatible(payload, algo=learner.algo, path=path)
+    for name, module in learner.modules().items():
+        if name not in payload["modules"]:
+            raise ckpt.CheckpointError(
+                f"checkpoint {str(path)!r} has no module {name!r}: pass the run's own settings "
+                "with --config <run-dir>/config.yaml (e.g. --normalize-obs must match)"
+            )
+        ckpt.load_module_state(module, payload["modules"][name], name=name, path=path)
+    env_id = cfg.eval_env or cfg.env
+    evaluator = Evaluator(env_id, episodes=cfg.eval_episodes, device=fabric.device)
+    if cfg.eval_env:
+        check_same_spaces(env, evaluator.env, train_id=cfg.env, eval_id=cfg.eval_env)
+    returns = evaluator.returns(learner.eval_policy()).tolist()
+    mean = sum(returns) / len(returns)
+    std = math.sqrt(sum((r - mean) ** 2 for r in returns) / len(returns))
+    result = {
+        "algo": learner.algo,
+        "checkpoint": str(path),
+        "trained_frames": payload["counters"]["frames"],
+        "env": env_id,
+        "episodes": len(returns),
+        "eval_return_mean": mean,
+        "eval_return_std": std,
+        "returns": returns,
+    }
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if cfg.video:
+        record_gif(env_id, learner.eval_policy(), run_dir / "eval.gif")
+    (run_dir / "evaluation.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(
+        f"{learner.algo} policy of {str(path)!r} ({result['trained_frames']:,} frames) on "
+        f"{env_id}: return {mean:.2f} +- {std:.2f} over {len(returns)} deterministic episodes "
+        f"-> {run_dir / 'evaluation.json'}"
+    )
+    return result
+
+
 # --------------------------------------------------------------------------- the loop
 
 
@@ -423,6 +471,11 @@ class Engine:
                 ckpt.set_rng_state(payload["rng"])
             else:
                 torch.manual_seed(cfg.seed + 1000 * rank + counters.frames)
+        elif cfg.eval_only:
+            try:
+                return _evaluate_only(fabric, cfg, learner, env, run_dir)
+            finally:
+                env.close()
         elif cfg.init_from:
             _warm_start(Path(cfg.init_from), learner)
             _broadcast_parameters(fabric, modules)
