@@ -91,8 +91,8 @@ PRESETS: dict[str, dict] = {
     ),
 }
 # MountainCar with reward 1 at the goal and 0 otherwise (rlkit.envs.sparse): the same settings,
-# the PPO baseline of recipes/rnd.py's sparse-reward benchmark
-PRESETS["rlkit/MountainCarSparse-v0"] = dict(PRESETS["MountainCar-v0"])
+# scored on MountainCar-v0's return (-steps to the goal); recipes/rnd.py's PPO baseline
+PRESETS["rlkit/MountainCarSparse-v0"] = dict(PRESETS["MountainCar-v0"], eval_env="MountainCar-v0")
 
 
 # 2-5. networks, estimator, loss, learner ----------------------------------------------------

@@ -1,6 +1,7 @@
 """RND-PPO: Exploration by Random Network Distillation (Burda et al. 2018), twin critic.
 
-    python recipes/rnd.py                                  # MountainCar-v0 (sparse reward)
+    python recipes/rnd.py                                  # MountainCar, sparse reward
+    python recipes/rnd.py --env MountainCar-v0             # MountainCar-v0's -1 per step
     python recipes/rnd.py --int-coef 0                     # the same agent without the bonus
     python recipes/rnd.py --target-return -160 --seed 3    # stop once solved
     python recipes/rnd.py --accelerator cpu --devices 2 --strategy ddp
@@ -31,9 +32,10 @@ from rlkit.training.rnd import RNDConfig, RNDLearner, build_rnd_networks
 # 1. config ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RNDRecipeConfig(RNDConfig):
-    """Train RND-PPO. Defaults explore MountainCar-v0 (sparse reward); flags override."""
+    """Train RND-PPO. Defaults explore MountainCar with a sparse reward (1 at the goal, 0
+    otherwise), scored on MountainCar-v0's return; flags override."""
 
-    env: str = "MountainCar-v0"
+    env: str = "rlkit/MountainCarSparse-v0"
     total_frames: int = field(default=1_000_000, metadata={"help": "frames to train for"})
     num_envs: int = 32
     rollout_steps: int = 128
@@ -53,7 +55,11 @@ class RNDRecipeConfig(RNDConfig):
 
 
 #: Settings that override the defaults for an environment (flags and --config still win).
-PRESETS: dict[str, dict] = {}
+PRESETS: dict[str, dict] = {
+    # trained on 0/1 rewards, scored on MountainCar-v0's return (-steps to the goal, -200 if
+    # never): the same greedy policy in a readable currency
+    "rlkit/MountainCarSparse-v0": dict(eval_env="MountainCar-v0"),
+}
 
 
 # 2-6. networks, bonus, estimator, loss, learner ---------------------------------------------

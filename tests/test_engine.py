@@ -363,10 +363,10 @@ def test_reward_normalisation_is_refused_by_worker_collector_recipes(capsys):
 
 def test_eval_env_scores_the_policy_on_another_task_with_the_same_spaces(ppo, tmp_path):
     common = [*TINY, *QUIET, "--total-frames", "64", "--env", "rlkit/MountainCarSparse-v0"]
-    sparse = ppo.main([*common, "--run-dir", str(tmp_path / "sparse")])
-    dense = ppo.main(
-        [*common, "--run-dir", str(tmp_path / "dense"), "--eval-env", "MountainCar-v0"]
+    sparse = ppo.main(
+        [*common, "--run-dir", str(tmp_path / "sparse"), "--eval-env", "rlkit/MountainCarSparse-v0"]
     )
+    dense = ppo.main([*common, "--run-dir", str(tmp_path / "dense")])  # the preset's eval env
     # identical training (same seed, same sparse rewards), so the same greedy policy...
     a = ckpt.load(tmp_path / "sparse" / "checkpoints" / "last.pt")["modules"]["actor"]
     b = ckpt.load(tmp_path / "dense" / "checkpoints" / "last.pt")["modules"]["actor"]

@@ -494,6 +494,12 @@ class Engine:
         )
         if cfg.eval_env:
             check_same_spaces(env, evaluator.env, train_id=cfg.env, eval_id=cfg.eval_env)
+        scored = f", evaluated on {cfg.eval_env}" if cfg.eval_env else ""
+        start = f"resumed at {counters.frames:,} of " if resume_path is not None else ""
+        log.progress.message(
+            f"{self.algo} on {cfg.env}{scored}: {start}{cfg.total_frames:,} frames, seed "
+            f"{cfg.seed}, {fabric.world_size} process(es), run dir {run_dir}"
+        )
         ctx = Context(fabric, cfg.total_frames, counters)
         ctx.generator.manual_seed(cfg.seed + 1000 * rank + counters.frames)
         collector = self.make_collector(env, learner, fabric.device)
