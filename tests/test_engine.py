@@ -413,6 +413,8 @@ def test_eval_only_scores_a_checkpoint_exactly_as_the_training_run_did(ppo, tmp_
     [
         ([], "--eval-only needs --init-from PATH"),
         (["--init-from", "x.pt", "--resume", "x.pt"], "not --resume"),
+        (["--init-from", "x.pt", "--devices", "2"], "--eval-only runs in one process"),
+        (["--init-from", "x.pt", "--num-nodes", "2"], "--eval-only runs in one process"),
     ],
 )
 def test_eval_only_bad_flags_are_named(ppo, tmp_path, capsys, extra, message):
@@ -424,3 +426,80 @@ def test_eval_only_bad_flags_are_named(ppo, tmp_path, capsys, extra, message):
 def test_eval_only_missing_checkpoint_is_named(ppo, tmp_path):
     with pytest.raises(CheckpointError, match="does not exist"):
         ppo.main([*TINY, *QUIET, "--eval-only", "--init-from", "no.pt", "--run-dir", str(tmp_path)])
+
+
+# --------------------------------------------------------------------------- per-rank resume
+@pytest.fixture
+def rank_files(ppo, tmp_path):
+    """Rank 0's and rank 1's files of one save of a two-rank run (made from a one-process
+    run's checkpoint), and a way to build a fresh learner as rank 1 would."""
+    from rlkit.envs import get_reward_norm, make_env
+
+    flags = [*TINY, "--normalize-reward", "true"]
+    ppo.main([*flags, *QUIET, "--total-frames", "128", "--run-dir", str(tmp_path / "run")])
+    zero = tmp_path / "run" / "checkpoints" / "last.pt"
+    one = zero.parent / "rank1" / "last.pt"
+    payload = ckpt.load(zero)
+    payload["world_size"] = 2
+    ckpt.atomic_save(payload, zero)
+    mine = ckpt.load(zero)  # rank 1's own reward statistics (its own envs) differ
+    counts = [k for k in mine["modules"]["reward_norm"] if k.endswith("count")]
+    assert counts
+    for k in counts:
+        mine["modules"]["reward_norm"][k] = torch.full_like(mine["modules"]["reward_norm"][k], 7)
+    ckpt.atomic_save(mine, one)
+
+    def build():
+        cfg = ppo.parse_config(ppo.PPOConfig, flags)
+        env = make_env(cfg.env, num_envs=cfg.num_envs, seed=1000, **cfg.env_options())
+        return ppo.build(cfg, env), {"reward_norm": get_reward_norm(env)}
+
+    return zero, one, counts, build
+
+
+def _resume_as_rank1(path, build):
+    from types import SimpleNamespace
+
+    from rlkit.training.engine import Counters, _resume_rank
+
+    learner, env_modules = build()
+    counters = Counters()
+    fabric = SimpleNamespace(global_rank=1, world_size=2)  # no collective is called
+    payload = _resume_rank(fabric, path, learner, counters, env_modules)
+    return payload, learner, env_modules["reward_norm"].state_dict(), counters
+
+
+def test_rank_resumes_from_its_own_file_of_the_same_save(rank_files):
+    zero, one, counts, build = rank_files
+    payload, _, stats, counters = _resume_as_rank1(zero, build)
+    assert payload is not None and payload["save_id"] == ckpt.load(zero)["save_id"]
+    assert all(float(stats[k]) == 7 for k in counts)  # its own, not rank 0's
+    assert counters.frames == 128
+
+
+@pytest.mark.parametrize("damage", ["other save", "other world size", "corrupt", "missing"])
+def test_rank_falls_back_to_rank_zeros_file_when_its_own_does_not_belong(rank_files, damage):
+    zero, one, counts, build = rank_files
+    if damage == "missing":
+        one.unlink()
+    elif damage == "corrupt":
+        one.write_bytes(one.read_bytes()[:100])
+    else:
+        # e.g. left by an earlier run of this directory with its parameters (shifted here)
+        mine = ckpt.load(one)
+        if damage == "other save":
+            mine["save_id"] = "an-earlier-run:128"
+        else:
+            mine["world_size"] = 3
+        mine["modules"]["actor"] = {k: v + 1 for k, v in mine["modules"]["actor"].items()}
+        ckpt.atomic_save(mine, one)
+    if damage == "missing":  # nothing to warn about (e.g. a one-process run resumed on two)
+        payload, learner, stats, _ = _resume_as_rank1(zero, build)
+    else:
+        with pytest.warns(UserWarning, match="rank 1: .* does not match"):
+            payload, learner, stats, _ = _resume_as_rank1(zero, build)
+    assert payload is None  # the caller seeds this rank's RNG afresh
+    reference = ckpt.load(zero)["modules"]
+    assert all(float(stats[k]) == float(reference["reward_norm"][k]) for k in counts)
+    actor = learner.modules()["actor"].state_dict()
+    assert all(torch.equal(actor[k], v) for k, v in reference["actor"].items())

@@ -18,10 +18,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 
 
-def _run(args, **kw):
+def _run(args, timeout: float = 600, **kw):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.run(
-        [PYTHON, *args], cwd=ROOT, capture_output=True, text=True, env=env, timeout=600, **kw
+        [PYTHON, *args], cwd=ROOT, capture_output=True, text=True, env=env, timeout=timeout, **kw
     )
 
 
@@ -282,3 +282,35 @@ def test_ddp_resume_gives_each_rank_its_own_per_rank_state(tmp_path):
     assert "rank 1" in proc.stderr and "does not match" in proc.stderr
     fallback = _reward_stats(one)
     assert all(torch.equal(fallback[k], s0[k]) for k in s0)
+    assert json.loads((run_dir / "summary.json").read_text())["rank_param_max_diff"] == 0.0
+
+    # a one-process resume from the 1024 snapshot rewrites last.pt at 2048 frames, next to
+    # rank 1's last.pt of the two-rank run at the same frame count: a later two-rank resume
+    # must not pair them (rank 1 would keep other parameters than rank 0)
+    proc = _run(
+        ["recipes/ppo.py", *flags, "--total-frames", "2048", "--run-dir", str(run_dir)]
+        + ["--resume", str(folder / "frames_000000001024.pt")]
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert ckpt.load(zero)["counters"]["frames"] == ckpt.load(one)["counters"]["frames"]
+    proc = _run(
+        ["recipes/ppo.py", "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp"]
+        + [*flags, "--total-frames", "2048", "--resume", "last", "--run-dir", str(run_dir)]
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "rank 1" in proc.stderr and "does not match" in proc.stderr
+    assert json.loads((run_dir / "summary.json").read_text())["rank_param_max_diff"] == 0.0
+
+
+@pytest.mark.slow
+def test_ddp_resume_from_a_bad_checkpoint_fails_on_every_rank_without_hanging(tmp_path):
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a checkpoint")
+    for path in (tmp_path / "missing.pt", bad):
+        proc = _run(
+            ["recipes/ppo.py", "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp"]
+            + ["--progress", "false", "--resume", str(path), "--run-dir", str(tmp_path / "r")],
+            timeout=120,  # a rank left waiting in a collective would hang here
+        )
+        assert proc.returncode == 2, proc.stderr[-3000:]
+        assert str(path) in proc.stderr

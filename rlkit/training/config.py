@@ -123,6 +123,11 @@ class TrainConfig:
                 ) from None
             if n < 1:
                 raise ValueError(f"devices must be >= 1, got {n}")
+        if self.eval_only and (self.devices != "1" or self.num_nodes != 1):
+            raise ValueError(
+                "--eval-only runs in one process: drop --devices / --num-nodes (the "
+                "evaluation is deterministic, more ranks would play the same episodes)"
+            )
 
 
 def _positive(cfg: Any, *names: str) -> None:

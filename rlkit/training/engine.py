@@ -27,6 +27,7 @@ import json
 import math
 import os
 import time
+import uuid
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -283,23 +284,27 @@ def _payload(cfg, learner: Learner, counters: Counters, *, extra_modules=None) -
     }
 
 
-def _restore(
-    path: Path, learner: Learner, counters: Counters, *, extra_modules=None
-) -> dict[str, Any]:
-    payload = ckpt.load(path)
-    ckpt.check_compatible(payload, algo=learner.algo, path=path)
-    for name, module in (dict(learner.modules()) | dict(extra_modules or {})).items():
+def _load_modules(payload: Mapping[str, Any], path: Path, modules: Mapping[str, nn.Module]):
+    for name, module in modules.items():
         if name not in payload["modules"]:
             raise ckpt.CheckpointError(
                 f"checkpoint {str(path)!r} has no module {name!r}: it was written by another "
-                "version or configuration of this recipe"
+                "version or configuration of this recipe; pass the run's own settings with "
+                "--config <run-dir>/config.yaml"
             )
         ckpt.load_module_state(module, payload["modules"][name], name=name, path=path)
+
+
+def _apply(
+    payload: Mapping[str, Any], path: Path, learner: Learner, counters: Counters, extra_modules
+) -> None:
+    """Load a checkpoint's networks, statistics, optimisers, learner state and counters."""
+    ckpt.check_compatible(payload, algo=learner.algo, path=path)
+    _load_modules(payload, path, dict(learner.modules()) | dict(extra_modules or {}))
     for name, opt in learner.optimizers().items():
         opt.load_state_dict(payload["optimizers"][name])
     learner.load_state_dict(payload.get("learner", {}))
     counters.load_state_dict(payload["counters"])
-    return payload
 
 
 def rank_checkpoint_path(path: Path, rank: int) -> Path:
@@ -314,35 +319,39 @@ def rank_checkpoint_path(path: Path, rank: int) -> Path:
 
 
 def _resume_rank(fabric, path: Path, learner, counters, env_modules) -> dict[str, Any] | None:
-    """Restore this rank from ``path`` (rank 0) or its own copy; return the payload whose RNG
-    state applies to this rank, or ``None`` when it fell back to rank 0's file."""
+    """Restore this rank from ``path`` (rank 0's file) or, on rank r > 0, from its own copy
+    (:func:`rank_checkpoint_path`) when that copy was written by the same save as ``path``.
+
+    Returns the payload applied when it holds this rank's own state (its RNG state applies),
+    ``None`` when rank r > 0 fell back to rank 0's file. No collective call: a rank whose own
+    file is unreadable falls back alone, and an unreadable ``path`` fails every rank alike,
+    so no rank is left waiting for another. Exactly one payload is applied.
+    """
     rank = fabric.global_rank
+    payload = ckpt.load(path)
+    ckpt.check_compatible(payload, algo=learner.algo, path=path)
+    chosen, own_state = payload, rank == 0
     own = rank_checkpoint_path(path, rank)
-    payload = None
     if rank > 0 and own.is_file():
-        payload = _restore(own, learner, counters, extra_modules=env_modules)
-        if payload.get("world_size") != fabric.world_size:
-            payload = None
-    # rank 0 decides which files belong together: a rank's own copy counts only if it was
-    # written at the same frame count (a run killed between the ranks' writes leaves an
-    # older one behind) by a run with the same number of ranks
-    frames = -1 if payload is None else int(payload["counters"]["frames"])
-    if rank == 0:
-        payload = _restore(path, learner, counters, extra_modules=env_modules)
-        frames = int(payload["counters"]["frames"])
-    if fabric.world_size == 1:
-        return payload
-    reference = int(fabric.broadcast(frames, src=0))
-    if rank > 0 and (payload is None or frames != reference):
-        if own.is_file() or payload is not None:
+        try:
+            mine = ckpt.load(own)
+        except ckpt.CheckpointError as err:
+            mine, why = None, str(err)
+        else:
+            # the same save of the same run (a run killed between the ranks' writes, or a
+            # later run of another size in this directory, leaves another id behind)
+            same = mine.get("save_id") is not None and mine.get("save_id") == payload.get("save_id")
+            why = "written by another save (frame count, run or number of ranks)"
+            if same and mine.get("world_size") == fabric.world_size:
+                chosen, own_state = mine, True
+        if not own_state:
             warnings.warn(
-                f"rank {rank}: {str(own)!r} does not match {str(path)!r} (other frame count or "
-                "number of ranks); this rank resumes with rank 0's copy of its per-rank state",
+                f"rank {rank}: {str(own)!r} does not match {str(path)!r} ({why}); this rank "
+                "resumes with rank 0's copy of its per-rank state",
                 stacklevel=2,
             )
-        _restore(path, learner, counters, extra_modules=env_modules)
-        return None
-    return payload
+    _apply(chosen, own if chosen is not payload else path, learner, counters, env_modules)
+    return chosen if own_state else None
 
 
 def _warm_start(path: Path, learner: Learner) -> None:
@@ -360,18 +369,10 @@ def _evaluate_only(fabric, cfg: TrainConfig, learner: Learner, env, run_dir: Pat
     from rlkit.envs import check_same_spaces
     from rlkit.training.evaluation import Evaluator, record_gif
 
-    if fabric.world_size > 1:
-        raise ValueError("--eval-only runs in one process: drop --devices / --strategy")
     path = Path(cfg.init_from)
     payload = ckpt.load(path)
     ckpt.check_compatible(payload, algo=learner.algo, path=path)
-    for name, module in learner.modules().items():
-        if name not in payload["modules"]:
-            raise ckpt.CheckpointError(
-                f"checkpoint {str(path)!r} has no module {name!r}: pass the run's own settings "
-                "with --config <run-dir>/config.yaml (e.g. --normalize-obs must match)"
-            )
-        ckpt.load_module_state(module, payload["modules"][name], name=name, path=path)
+    _load_modules(payload, path, learner.modules())
     env_id = cfg.eval_env or cfg.env
     evaluator = Evaluator(env_id, episodes=cfg.eval_episodes, device=fabric.device)
     if cfg.eval_env:
@@ -445,8 +446,10 @@ class Engine:
         torch.set_num_threads(cfg.threads)
         run_dir = resolve_run_dir(cfg, self.algo)
         resume_path = _checkpoint_path(cfg, run_dir)
+        save_token = uuid.uuid4().hex  # names this run's checkpoint saves (see _resume_rank)
         if fabric.world_size > 1:
-            run_dir = Path(fabric.broadcast(str(run_dir), src=0))
+            run_dir, save_token = fabric.broadcast((str(run_dir), save_token), src=0)
+            run_dir = Path(run_dir)
 
         fabric.seed_everything(cfg.seed, verbose=False)  # identical networks on every rank
         env = make_env(
@@ -504,6 +507,7 @@ class Engine:
         ctx.generator.manual_seed(cfg.seed + 1000 * rank + counters.frames)
         collector = self.make_collector(env, learner, fabric.device)
         state = _LoopState(fabric, cfg, learner, counters, log, evaluator, run_dir)
+        state.save_token = save_token
         state.extra_modules = env_modules
         try:
             self._loop(state, ctx, collector)
@@ -569,6 +573,7 @@ class _LoopState:
         self.fabric, self.cfg, self.learner = fabric, cfg, learner
         self.counters, self.log, self.evaluator, self.run_dir = counters, log, evaluator, run_dir
         self.extra_modules: dict[str, nn.Module] = {}
+        self.save_token = ""  # the same on every rank; set by the engine
         self.recent_returns: list[float] = []
         self.last_eval: tuple[float, float] | None = None
         self.start_frames = counters.frames
@@ -641,15 +646,16 @@ class _LoopState:
         if not ckpt.all_finite(modules):
             raise NonFiniteError(f"non-finite parameters at {self.counters.frames:,} frames")
         payload = _payload(self.cfg, self.learner, self.counters, extra_modules=self.extra_modules)
-        payload["world_size"] = world = self.fabric.world_size
+        payload["world_size"] = self.fabric.world_size
+        # the same id in every rank's file of this save: a resume pairs rank files by it
+        payload["save_id"] = f"{self.save_token}:{self.counters.frames}"
         rank = self.fabric.global_rank
         folder = self.run_dir / "checkpoints"
         paths = [folder / "last.pt"]
         if snapshot:
             paths.append(folder / f"frames_{self.counters.frames:012d}.pt")
         for path in paths:
-            if world > 1 or rank == 0:
-                ckpt.atomic_save(payload, rank_checkpoint_path(path, rank))
+            ckpt.atomic_save(payload, rank_checkpoint_path(path, rank))
 
     def rank_param_max_diff(self) -> float:
         """Largest difference of any parameter between ranks (0.0 when they agree)."""
