@@ -87,6 +87,7 @@ def test_recipe_pages_name_only_real_flags(page):
         "--required",
         "--seeds",
         "--full-budget",
+        "--out",
         "--repeats",  # bench_async.py
         "--batches",
     }
