@@ -37,12 +37,12 @@ def recipe_help(recipe: str) -> str:
     """``recipes/<recipe>.py --help`` as the recipe prints it (its own ``main``, in-process)."""
     import contextlib
     import io
-    import runpy
 
-    main = runpy.run_path(str(ROOT / "recipes" / f"{recipe}.py"))["main"]
+    from tests.test_engine import load_recipe
+
     out = io.StringIO()
     with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exit_info:
-        main(["--help"])
+        load_recipe(recipe).main(["--help"])
     assert exit_info.value.code == 0
     return out.getvalue()
 

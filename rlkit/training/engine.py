@@ -329,8 +329,7 @@ def _resume_rank(fabric, path: Path, learner, counters, env_modules) -> dict[str
     """
     rank = fabric.global_rank
     payload = ckpt.load(path)
-    ckpt.check_compatible(payload, algo=learner.algo, path=path)
-    chosen, own_state = payload, rank == 0
+    chosen, source, own_state = payload, path, rank == 0
     own = rank_checkpoint_path(path, rank)
     if rank > 0 and own.is_file():
         try:
@@ -343,14 +342,14 @@ def _resume_rank(fabric, path: Path, learner, counters, env_modules) -> dict[str
             same = mine.get("save_id") is not None and mine.get("save_id") == payload.get("save_id")
             why = "written by another save (frame count, run or number of ranks)"
             if same and mine.get("world_size") == fabric.world_size:
-                chosen, own_state = mine, True
+                chosen, source, own_state = mine, own, True
         if not own_state:
             warnings.warn(
                 f"rank {rank}: {str(own)!r} does not match {str(path)!r} ({why}); this rank "
                 "resumes with rank 0's copy of its per-rank state",
                 stacklevel=2,
             )
-    _apply(chosen, own if chosen is not payload else path, learner, counters, env_modules)
+    _apply(chosen, source, learner, counters, env_modules)
     return chosen if own_state else None
 
 
@@ -506,8 +505,7 @@ class Engine:
         ctx = Context(fabric, cfg.total_frames, counters)
         ctx.generator.manual_seed(cfg.seed + 1000 * rank + counters.frames)
         collector = self.make_collector(env, learner, fabric.device)
-        state = _LoopState(fabric, cfg, learner, counters, log, evaluator, run_dir)
-        state.save_token = save_token
+        state = _LoopState(fabric, cfg, learner, counters, log, evaluator, run_dir, save_token)
         state.extra_modules = env_modules
         try:
             self._loop(state, ctx, collector)
@@ -569,11 +567,11 @@ def default_collector(env, learner: Learner, device):
 class _LoopState:
     """Book-keeping of one run: metrics, evaluation, checkpoints, summary."""
 
-    def __init__(self, fabric, cfg, learner, counters, log, evaluator, run_dir) -> None:
+    def __init__(self, fabric, cfg, learner, counters, log, evaluator, run_dir, save_token):
         self.fabric, self.cfg, self.learner = fabric, cfg, learner
         self.counters, self.log, self.evaluator, self.run_dir = counters, log, evaluator, run_dir
         self.extra_modules: dict[str, nn.Module] = {}
-        self.save_token = ""  # the same on every rank; set by the engine
+        self.save_token = save_token  # the same on every rank (broadcast by rank 0)
         self.recent_returns: list[float] = []
         self.last_eval: tuple[float, float] | None = None
         self.start_frames = counters.frames
