@@ -386,8 +386,12 @@ def test_eval_env_with_other_spaces_is_refused_before_training(ppo, tmp_path):
         ppo.main([*TINY, *QUIET, "--eval-env", "CartPol-v1", "--run-dir", str(tmp_path)])
 
 
-def test_eval_only_scores_a_checkpoint_exactly_as_the_training_run_did(ppo, tmp_path):
+@pytest.mark.parametrize("deterministic", ["true", "false"])
+def test_eval_only_scores_a_checkpoint_exactly_as_the_training_run_did(
+    ppo, tmp_path, deterministic
+):
     train = [*TINY, *QUIET, "--total-frames", "256", "--eval-every", "0", "--normalize-obs", "true"]
+    train += ["--eval-deterministic", deterministic]
     summary = ppo.main([*train, "--run-dir", str(tmp_path / "train")])
     last = str(tmp_path / "train" / "checkpoints" / "last.pt")
     result = ppo.main(
@@ -398,6 +402,7 @@ def test_eval_only_scores_a_checkpoint_exactly_as_the_training_run_did(ppo, tmp_
     assert result["trained_frames"] == 256 and len(result["returns"]) == 2
     on_disk = json.loads((tmp_path / "eval" / "evaluation.json").read_text())
     assert on_disk["returns"] == result["returns"]
+    assert on_disk["deterministic"] is (deterministic == "true")
     assert not (tmp_path / "eval" / "checkpoints").exists()  # nothing trained, nothing saved
     assert not (tmp_path / "eval" / "metrics.csv").exists()
 

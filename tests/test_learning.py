@@ -99,6 +99,9 @@ def test_rnd_bonus_explores_sparse_mountain_car_where_the_same_agent_without_it_
                 int_coef,
                 "--total-frames",
                 "98304",
+                # the greedy policy: at 98k frames the sampled one is still exploring
+                "--eval-deterministic",
+                "true",
                 "--eval-every",
                 "0",
                 "--checkpoint-every",

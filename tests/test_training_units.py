@@ -258,3 +258,68 @@ def test_a_subclass_that_only_changes_a_default_keeps_the_base_flag_help_and_cho
     with pytest.raises(SystemExit):
         parser.parse_args(["--lr-schedule", "cosine"])
     assert "invalid choice" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------ evaluation
+class _Recorder(nn.Module):
+    """Calls ``policy`` and keeps every action it chose."""
+
+    def __init__(self, policy: nn.Module) -> None:
+        super().__init__()
+        self.policy, self.actions = policy, []
+
+    def forward(self, td):
+        td = self.policy(td)
+        self.actions.append(td.get("action").clone())
+        return td
+
+
+def _fixed_policy(probs: list[float]):
+    """CartPole actor from ``make_actor`` whose logits are ``log(probs)`` at every state."""
+    from rlkit.envs import make_env
+    from rlkit.modules import make_actor
+
+    env = make_env("CartPole-v1", num_envs=1, seed=0)
+    actor = make_actor(env.observation_spec, env.action_spec, hidden=(8,))
+    last = [m for m in actor.modules() if isinstance(m, nn.Linear)][-1]
+    with torch.no_grad():
+        last.weight.zero_()
+        last.bias.copy_(torch.tensor(probs).log())
+    env.close()
+    return actor
+
+
+def test_evaluation_plays_the_mode_or_samples_the_policy():
+    from rlkit.training.evaluation import Evaluator
+
+    actor = _fixed_policy([0.3, 0.7])
+    deterministic = _Recorder(actor)
+    Evaluator("CartPole-v1", episodes=8)(deterministic)
+    taken = torch.cat([a.flatten() for a in deterministic.actions])
+    assert taken.eq(1).all()  # argmax of (0.3, 0.7) at every step
+
+    sampled = _Recorder(actor)
+    Evaluator("CartPole-v1", episodes=8, deterministic=False)(sampled)
+    taken = torch.cat([a.flatten() for a in sampled.actions]).double()
+    # action 1 with probability 0.7: the frequency over n draws is within 4 binomial stds
+    # (steps of episodes that already ended are counted too: they are draws all the same)
+    n = taken.numel()
+    assert n >= 100
+    assert abs(taken.mean().item() - 0.7) < 4 * (0.7 * 0.3 / n) ** 0.5
+
+
+def test_sampled_evaluation_is_seeded_and_leaves_the_training_random_stream_alone():
+    from rlkit.training.evaluation import Evaluator
+
+    actor = _fixed_policy([0.5, 0.5])
+    evaluator = Evaluator("CartPole-v1", episodes=32, deterministic=False)
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    first = evaluator.returns(actor)
+    assert torch.equal(torch.get_rng_state(), before)
+    torch.rand(5)  # whatever training draws in between, the next evaluation is the same
+    assert torch.equal(evaluator.returns(actor), first)
+    # a uniform random CartPole policy: ~22 steps per episode, far from the always-right
+    # policy's ~9-10 (the deterministic mode of a uniform tie is the first action, argmax)
+    always = Evaluator("CartPole-v1", episodes=32).returns(actor)
+    assert first.mean() > always.mean() + 5

@@ -50,8 +50,13 @@ class TrainConfig:
     eval_every: int = field(
         default=10_000, metadata=_help("evaluate every this many frames (0: only at the end)")
     )
-    eval_episodes: int = field(
-        default=10, metadata=_help("deterministic evaluation episodes per evaluation")
+    eval_episodes: int = field(default=10, metadata=_help("evaluation episodes per evaluation"))
+    eval_deterministic: bool = field(
+        default=True,
+        metadata=_help(
+            "evaluate the policy's mode (argmax / mean); false: sample its actions, so a "
+            "near-uniform policy scores as it acts rather than by its argmax"
+        ),
     )
     eval_env: str | None = field(
         default=None,
@@ -126,7 +131,7 @@ class TrainConfig:
         if self.eval_only and (self.devices != "1" or self.num_nodes != 1):
             raise ValueError(
                 "--eval-only runs in one process: drop --devices / --num-nodes (the "
-                "evaluation is deterministic, more ranks would play the same episodes)"
+                "evaluation is seeded, more ranks would play the same episodes)"
             )
 
 

@@ -363,8 +363,9 @@ def _warm_start(path: Path, learner: Learner) -> None:
 
 
 def _evaluate_only(fabric, cfg: TrainConfig, learner: Learner, env, run_dir: Path) -> dict:
-    """``--eval-only``: every network of ``--init-from``, ``--eval-episodes`` deterministic
-    episodes on ``--eval-env`` (or ``--env``), ``evaluation.json`` (+ ``eval.gif``), no training."""
+    """``--eval-only``: every network of ``--init-from``, ``--eval-episodes`` episodes
+    (deterministic unless ``--eval-deterministic false``) on ``--eval-env`` (or ``--env``),
+    ``evaluation.json`` (+ ``eval.gif``), no training."""
     from rlkit.envs import check_same_spaces
     from rlkit.training.evaluation import Evaluator, record_gif
 
@@ -373,10 +374,16 @@ def _evaluate_only(fabric, cfg: TrainConfig, learner: Learner, env, run_dir: Pat
     ckpt.check_compatible(payload, algo=learner.algo, path=path)
     _load_modules(payload, path, learner.modules())
     env_id = cfg.eval_env or cfg.env
-    evaluator = Evaluator(env_id, episodes=cfg.eval_episodes, device=fabric.device)
+    evaluator = Evaluator(
+        env_id,
+        episodes=cfg.eval_episodes,
+        device=fabric.device,
+        deterministic=cfg.eval_deterministic,
+    )
     if cfg.eval_env:
         check_same_spaces(env, evaluator.env, train_id=cfg.env, eval_id=cfg.eval_env)
     returns = evaluator.returns(learner.eval_policy()).tolist()
+    mode = "deterministic" if cfg.eval_deterministic else "sampled-action"
     mean = sum(returns) / len(returns)
     std = math.sqrt(sum((r - mean) ** 2 for r in returns) / len(returns))
     result = {
@@ -385,6 +392,7 @@ def _evaluate_only(fabric, cfg: TrainConfig, learner: Learner, env, run_dir: Pat
         "trained_frames": payload["counters"]["frames"],
         "env": env_id,
         "episodes": len(returns),
+        "deterministic": cfg.eval_deterministic,
         "eval_return_mean": mean,
         "eval_return_std": std,
         "returns": returns,
@@ -395,7 +403,7 @@ def _evaluate_only(fabric, cfg: TrainConfig, learner: Learner, env, run_dir: Pat
     (run_dir / "evaluation.json").write_text(json.dumps(result, indent=2) + "\n")
     print(
         f"{learner.algo} policy of {str(path)!r} ({result['trained_frames']:,} frames) on "
-        f"{env_id}: return {mean:.2f} +- {std:.2f} over {len(returns)} deterministic episodes "
+        f"{env_id}: return {mean:.2f} +- {std:.2f} over {len(returns)} {mode} episodes "
         f"-> {run_dir / 'evaluation.json'}"
     )
     return result
@@ -492,7 +500,10 @@ class Engine:
         if rank == 0:
             _save_config(cfg, run_dir / "config.yaml")
         evaluator = Evaluator(
-            cfg.eval_env or cfg.env, episodes=cfg.eval_episodes, device=fabric.device
+            cfg.eval_env or cfg.env,
+            episodes=cfg.eval_episodes,
+            device=fabric.device,
+            deterministic=cfg.eval_deterministic,
         )
         if cfg.eval_env:
             check_same_spaces(env, evaluator.env, train_id=cfg.env, eval_id=cfg.eval_env)

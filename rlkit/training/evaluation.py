@@ -1,4 +1,4 @@
-"""Deterministic evaluation episodes and evaluation videos."""
+"""Evaluation episodes (deterministic by default) and evaluation videos."""
 
 from __future__ import annotations
 
@@ -17,12 +17,19 @@ EVAL_SEED = 10_000
 
 
 class Evaluator:
-    """Runs ``episodes`` deterministic episodes at once, one per sub-environment.
+    """Runs ``episodes`` evaluation episodes at once, one per sub-environment.
 
     Each sub-environment of a ``make_env(env_id, num_envs=episodes)`` batch plays exactly one
     episode (its first); the mean and standard deviation of those returns are reported.
     The environment is re-seeded with the same seed at every evaluation, so successive
     evaluations score policies on the same start states.
+
+    ``deterministic=True`` plays the policy's mode (``ExplorationType.DETERMINISTIC``: argmax
+    of the logits, the Gaussian's mean). ``deterministic=False`` samples the policy's actions
+    (``ExplorationType.RANDOM``), with torch's generator seeded with :data:`EVAL_SEED` at
+    every evaluation inside :func:`torch.random.fork_rng` (restored afterwards), so the
+    training random stream is the same whichever mode evaluates. Policies without a
+    distribution (DQN's greedy actor) act the same in both modes.
     """
 
     def __init__(
@@ -32,12 +39,15 @@ class Evaluator:
         episodes: int,
         device: torch.device | str = "cpu",
         max_steps: int = 100_000,
+        deterministic: bool = True,
     ) -> None:
         from rlkit.envs import make_env
 
         if episodes < 1:
             raise ValueError(f"--eval-episodes must be >= 1, got {episodes}")
         self.episodes, self.max_steps = episodes, max_steps
+        self.deterministic = deterministic
+        self.device = torch.device(device)
         self.env = make_env(env_id, num_envs=episodes, seed=EVAL_SEED, device=device)
 
     @torch.no_grad()
@@ -49,25 +59,34 @@ class Evaluator:
 
     @torch.no_grad()
     def returns(self, policy: nn.Module) -> torch.Tensor:
+        if self.deterministic:
+            with set_exploration_type(ExplorationType.DETERMINISTIC):
+                return self._play(policy)
+        cuda = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=cuda):
+            torch.manual_seed(EVAL_SEED)
+            with set_exploration_type(ExplorationType.RANDOM):
+                return self._play(policy)
+
+    def _play(self, policy: nn.Module) -> torch.Tensor:
         env, n = self.env, self.episodes
         env.set_seed(EVAL_SEED)
         td = env.reset()
         running = torch.zeros(n, dtype=torch.float64)
         final = torch.full((n,), math.nan, dtype=torch.float64)
         finished = torch.zeros(n, dtype=torch.bool)
-        with set_exploration_type(ExplorationType.DETERMINISTIC):
-            for _ in range(self.max_steps):
-                td = policy(td)
-                td, td_next = env.step_and_maybe_reset(td)
-                reward = td.get(keys.REWARD).reshape(n).double().cpu()
-                done = td.get(keys.DONE).reshape(n).cpu()
-                running += torch.where(finished, 0.0, reward)
-                newly = done & ~finished
-                final[newly] = running[newly]
-                finished |= done
-                if finished.all():
-                    break
-                td = td_next
+        for _ in range(self.max_steps):
+            td = policy(td)
+            td, td_next = env.step_and_maybe_reset(td)
+            reward = td.get(keys.REWARD).reshape(n).double().cpu()
+            done = td.get(keys.DONE).reshape(n).cpu()
+            running += torch.where(finished, 0.0, reward)
+            newly = done & ~finished
+            final[newly] = running[newly]
+            finished |= done
+            if finished.all():
+                break
+            td = td_next
         if not finished.all():
             raise RuntimeError(
                 f"evaluation episodes did not end within {self.max_steps} steps: the "

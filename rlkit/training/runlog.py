@@ -172,7 +172,11 @@ class RunLog:
         path = self.run_dir / "summary.json"
         path.write_text(json.dumps(summary, indent=2, default=str) + "\n")
         try:
-            plot_curve(self.run_dir, title=f"{summary.get('algo')} on {summary.get('env')}")
+            plot_curve(
+                self.run_dir,
+                title=f"{summary.get('algo')} on {summary.get('env')}",
+                deterministic=summary.get("config", {}).get("eval_deterministic", True),
+            )
         except Exception as err:  # a missing plot must never fail a finished run
             self.progress.message(f"could not draw curve.png: {err}")
 
@@ -185,7 +189,7 @@ def _clean(v: Any) -> Any:
     return v
 
 
-def plot_curve(run_dir: Path, *, title: str) -> Path | None:
+def plot_curve(run_dir: Path, *, title: str, deterministic: bool = True) -> Path | None:
     """Draw ``curve.png``: evaluation mean +- std and training episode returns vs frames."""
     import matplotlib
 
@@ -204,7 +208,13 @@ def plot_curve(run_dir: Path, *, title: str) -> Path | None:
         x = [float(r["frames"]) for r in evals]
         m = [float(r["return_mean"]) for r in evals]
         s = [float(r["return_std"]) for r in evals]
-        ax.plot(x, m, marker="o", ms=3, label="eval (deterministic)")
+        ax.plot(
+            x,
+            m,
+            marker="o",
+            ms=3,
+            label="eval (deterministic)" if deterministic else "eval (sampled actions)",
+        )
         ax.fill_between(x, [a - b for a, b in zip(m, s)], [a + b for a, b in zip(m, s)], alpha=0.2)
     ax.set(xlabel="environment frames", ylabel="episode return", title=title)
     ax.grid(alpha=0.3)
