@@ -9,9 +9,9 @@ frames, so running two at once on two cores changes seconds, not results), reads
     .venv/bin/python benchmarks/bench_learning.py ppo Pendulum-v1 -250 300000 --eval-every 20000
     .venv/bin/python benchmarks/bench_learning.py a2c CartPole-v1 475 500000 --eval-every 10000
 
-A run counts as solved when a deterministic evaluation (mean of ``--eval-episodes``
-episodes) reaches the threshold within the budget; the recipe stops there
-(``--target-return``).
+A run counts as solved when an evaluation (mean of ``--eval-episodes`` episodes, played as
+the recipe's ``--eval-deterministic`` says) reaches the threshold within the budget; the
+recipe stops there (``--target-return``).
 
 With ``--full-budget`` every run trains for the whole budget (no ``--target-return``); a run
 still counts as solved at its first evaluation at or above the threshold, and the table adds
@@ -92,6 +92,8 @@ def run_seed(args: argparse.Namespace, seed: int, root: Path) -> dict:
                 "eval_return_mean",
             )
         }
+        row["eval_deterministic"] = summary["config"].get("eval_deterministic", True)
+        row["eval_env"] = summary["config"].get("eval_env") or args.env
         with (run_dir / "eval.csv").open() as f:
             row["curve"] = [(int(r["frames"]), float(r["return_mean"])) for r in csv.DictReader(f)]
         row["best_eval"] = max((m for _, m in row["curve"]), default=None)
@@ -188,11 +190,20 @@ def main() -> None:
     table = markdown_table(
         [*columns, "fps"], [[r.get(k) for k in fields] + [r.get("fps")] for r in rows]
     )
+    modes = sorted(
+        {
+            f"{'deterministic' if r['eval_deterministic'] else 'sampled-action'} evaluation "
+            f"on {r['eval_env']}"
+            for r in rows
+            if "eval_deterministic" in r
+        }
+    )
+    evaluation = f" Evaluation: {', '.join(modes)}, {args.eval_episodes} episodes." if modes else ""
     md = (
         f"# {args.algo} on {args.env}: threshold {args.threshold:g} "
         f"within {args.budget:,} frames\n\n"
-        f"Solved {solved}/{len(rows)} seeds (bar: {required}). Command: `{command_line()}`; "
-        f"commit `{payload['commit']['commit'][:10]}`.\n\n{table}\n"
+        f"Solved {solved}/{len(rows)} seeds (bar: {required}).{evaluation} Command: "
+        f"`{command_line()}`; commit `{payload['commit']['commit'][:10]}`.\n\n{table}\n"
     )
     env_name = args.env.replace("/", "-")  # namespaced ids such as rlkit/MountainCarSparse-v0
     stem = args.out or REPO_ROOT / "benchmarks" / "results" / f"learning_{args.algo}_{env_name}"
