@@ -391,18 +391,35 @@ def test_eval_only_scores_a_checkpoint_exactly_as_the_training_run_did(
     ppo, tmp_path, deterministic
 ):
     train = [*TINY, *QUIET, "--total-frames", "256", "--eval-every", "0", "--normalize-obs", "true"]
-    train += ["--eval-deterministic", deterministic]
+    train += ["--eval-deterministic", deterministic, "--hidden", "32", "--eval-episodes", "3"]
     summary = ppo.main([*train, "--run-dir", str(tmp_path / "train")])
     last = str(tmp_path / "train" / "checkpoints" / "last.pt")
+    # no flags of the run: networks (--hidden 32, --normalize-obs) and evaluation settings
+    # come from the checkpoint's stored config, launch settings from this command line
     result = ppo.main(
-        [*train, "--init-from", last, "--eval-only", "--run-dir", str(tmp_path / "eval")]
+        [
+            "--progress",
+            "false",
+            "--init-from",
+            last,
+            "--eval-only",
+            "--run-dir",
+            str(tmp_path / "eval"),
+        ]
     )
     # the same networks and observation statistics, the same evaluation seeds: the same returns
     assert result["eval_return_mean"] == summary["eval_return_mean"]
-    assert result["trained_frames"] == 256 and len(result["returns"]) == 2
+    assert result["trained_frames"] == 256 and len(result["returns"]) == 3
     on_disk = json.loads((tmp_path / "eval" / "evaluation.json").read_text())
     assert on_disk["returns"] == result["returns"]
     assert on_disk["deterministic"] is (deterministic == "true")
+    assert (tmp_path / "eval" / "evaluation.json").is_file()  # not the training run's directory
+    # flags typed on the command line still win over the checkpoint's settings
+    more = ppo.main(
+        ["--progress", "false", "--init-from", last, "--eval-only", "--eval-episodes", "5"]
+        + ["--run-dir", str(tmp_path / "eval5")]
+    )
+    assert len(more["returns"]) == 5
     assert not (tmp_path / "eval" / "checkpoints").exists()  # nothing trained, nothing saved
     assert not (tmp_path / "eval" / "metrics.csv").exists()
 

@@ -85,7 +85,8 @@ class TrainConfig:
         default=False,
         metadata=_help(
             "evaluate the policy of the --init-from checkpoint for --eval-episodes episodes "
-            "(--eval-env and --video apply), write evaluation.json and exit without training"
+            "(--eval-env and --video apply), write evaluation.json and exit without training; "
+            "network and evaluation settings default to the checkpoint's run"
         ),
     )
     accelerator: str = field(default="cpu", metadata=_help("cpu, gpu, cuda, mps or auto"))
@@ -276,6 +277,50 @@ def _load_yaml(path: str, cls: type) -> dict[str, Any]:
     return data
 
 
+#: Settings of where and how a process runs, never taken from a checkpoint's stored config.
+_LAUNCH_FIELDS = frozenset(
+    {
+        "run_dir",
+        "resume",
+        "init_from",
+        "eval_only",
+        "config",
+        "accelerator",
+        "devices",
+        "strategy",
+        "num_nodes",
+        "threads",
+        "progress",
+        "video",
+    }
+)
+
+
+def _checkpoint_config(path: str, cls: type) -> dict[str, Any]:
+    """The run settings stored in the checkpoint at ``path`` (``--eval-only``'s defaults),
+    restricted to ``cls``'s fields and without launch settings; ``{}`` when the file cannot
+    be read (the evaluation then names the problem with the checkpoint itself)."""
+    from rlkit.training import checkpoint as ckpt
+
+    try:
+        stored = ckpt.load(path).get("config")
+    except ckpt.CheckpointError:
+        return {}
+    if not isinstance(stored, Mapping):
+        return {}
+    hints = typing.get_type_hints(cls)
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name in _LAUNCH_FIELDS or f.name not in stored:
+            continue
+        value = stored[f.name]
+        tp, _ = _base_type(hints[f.name])
+        if typing.get_origin(tp) is tuple and isinstance(value, list):
+            value = tuple(value)
+        out[f.name] = value
+    return out
+
+
 def parse_config(
     cls: type,
     argv: Sequence[str] | None = None,
@@ -284,6 +329,11 @@ def parse_config(
     description: str | None = None,
 ):
     """Resolve a config from defaults, env presets, ``--config`` YAML and flags.
+
+    With ``--eval-only --init-from PATH`` the settings stored in that checkpoint (its
+    networks, ``--env``, ``--eval-env``, ...) come between the presets and ``--config``, so a
+    checkpoint evaluates without retyping the flags of its run; launch settings
+    (``--run-dir``, ``--devices``, ...) are never taken from it.
 
     Unknown flags and invalid values exit with argparse's one-line error. A ValueError from
     the config's own validation is reported the same way, before anything is built.
@@ -294,6 +344,8 @@ def parse_config(
         if isinstance(value, list):
             args[name] = tuple(x for part in value for x in part)
     values: dict[str, Any] = {}
+    if args.get("eval_only") and args.get("init_from"):
+        values.update(_checkpoint_config(args["init_from"], cls))
     if args.get("config"):
         try:
             values.update(_load_yaml(args["config"], cls))
