@@ -14,6 +14,9 @@ _IGNORED = [
     (FutureWarning, r".*auto_register_policy_transforms.*", r".*"),
     # torchrl.collectors defines deprecated weight-updater classes at import time
     (DeprecationWarning, r"Creating \w+ which inherits from WeightUpdaterBase", r".*"),
+    # Lightning Fabric's all_gather (observation statistics under DDP) calls
+    # torch.distributed.nn.functional.all_gather, deprecated in torch 2.14: once per rank
+    (FutureWarning, r"torch\.distributed\.nn\.functional\.all_gather is deprecated", r".*"),
 ]
 
 for category, message, module in _IGNORED:
