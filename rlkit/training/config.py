@@ -269,6 +269,11 @@ def _load_yaml(path: str, cls: type) -> dict[str, Any]:
     unknown = sorted(set(data) - known)
     if unknown:
         raise ValueError(f"--config {path!r}: unknown keys {unknown}; see --help for the flags")
+    return _as_field_types(data, cls)
+
+
+def _as_field_types(data: dict[str, Any], cls: type) -> dict[str, Any]:
+    """YAML/JSON lists back to tuples for ``cls``'s tuple fields (``hidden: [64, 64]``)."""
     hints = typing.get_type_hints(cls)
     for name, value in list(data.items()):
         tp, _ = _base_type(hints[name])
@@ -308,17 +313,8 @@ def _checkpoint_config(path: str, cls: type) -> dict[str, Any]:
         return {}
     if not isinstance(stored, Mapping):
         return {}
-    hints = typing.get_type_hints(cls)
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.name in _LAUNCH_FIELDS or f.name not in stored:
-            continue
-        value = stored[f.name]
-        tp, _ = _base_type(hints[f.name])
-        if typing.get_origin(tp) is tuple and isinstance(value, list):
-            value = tuple(value)
-        out[f.name] = value
-    return out
+    names = {f.name for f in dataclasses.fields(cls)} - _LAUNCH_FIELDS
+    return _as_field_types({k: v for k, v in stored.items() if k in names}, cls)
 
 
 def parse_config(
