@@ -323,3 +323,38 @@ def test_sampled_evaluation_is_seeded_and_leaves_the_training_random_stream_alon
     # policy's ~9-10 (the deterministic mode of a uniform tie is the first action, argmax)
     always = Evaluator("CartPole-v1", episodes=32).returns(actor)
     assert first.mean() > always.mean() + 5
+
+
+def test_video_plays_the_episode_as_the_evaluation_mode_says(tmp_path):
+    import gymnasium as gym
+    from PIL import Image
+
+    from rlkit.training.evaluation import EVAL_SEED, record_gif
+
+    actor = _fixed_policy([0.5, 0.5])  # a tie: the mode is the first action (argmax)
+    env = gym.make("CartPole-v1")
+    env.reset(seed=EVAL_SEED)
+    always_left = 1
+    while not any(env.step(0)[2:4]):
+        always_left += 1
+    env.close()
+
+    before = torch.get_rng_state()
+    mode = record_gif("CartPole-v1", actor, tmp_path / "mode.gif")
+    sampled = [
+        record_gif("CartPole-v1", actor, tmp_path / f"s{i}.gif", deterministic=False)
+        for i in range(2)
+    ]
+    assert torch.equal(torch.get_rng_state(), before)  # training's random stream untouched
+
+    def steps(path) -> int:  # the GIF merges identical frames and adds up their durations
+        gif = Image.open(path)
+        durations = []
+        for i in range(gif.n_frames):
+            gif.seek(i)
+            durations.append(gif.info["duration"])
+        return round(sum(durations) / min(durations))
+
+    played = [steps(p) for p in (mode, *sampled)]
+    assert played[0] == always_left  # one frame per step of the always-left episode
+    assert played[1] == played[2] != always_left  # seeded sampling: the same episode twice

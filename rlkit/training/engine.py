@@ -399,7 +399,12 @@ def _evaluate_only(fabric, cfg: TrainConfig, learner: Learner, env, run_dir: Pat
     }
     run_dir.mkdir(parents=True, exist_ok=True)
     if cfg.video:
-        record_gif(env_id, learner.eval_policy(), run_dir / "eval.gif")
+        record_gif(
+            env_id,
+            learner.eval_policy(),
+            run_dir / "eval.gif",
+            deterministic=cfg.eval_deterministic,
+        )
     (run_dir / "evaluation.json").write_text(json.dumps(result, indent=2) + "\n")
     print(
         f"{learner.algo} policy of {str(path)!r} ({result['trained_frames']:,} frames) on "
@@ -690,7 +695,12 @@ class _LoopState:
             from rlkit.training.evaluation import record_gif
 
             env_id = cfg.eval_env or cfg.env
-            record_gif(env_id, self.learner.eval_policy(), self.run_dir / "eval.gif")
+            record_gif(
+                env_id,
+                self.learner.eval_policy(),
+                self.run_dir / "eval.gif",
+                deterministic=cfg.eval_deterministic,
+            )
         mean, std = self.last_eval or (math.nan, math.nan)
         summary = {
             "algo": self.learner.algo,

@@ -97,9 +97,17 @@ class Evaluator:
 
 @torch.no_grad()
 def record_gif(
-    env_id: str, policy: nn.Module, path: Path, *, max_frames: int = 1000, fps: int = 30
+    env_id: str,
+    policy: nn.Module,
+    path: Path,
+    *,
+    max_frames: int = 1000,
+    fps: int = 30,
+    deterministic: bool = True,
 ) -> Path | None:
-    """Render one deterministic episode to an animated GIF (frames from ``rgb_array``)."""
+    """Render one evaluation episode to an animated GIF (frames from ``rgb_array``), played
+    as :class:`Evaluator` plays it: the policy's mode, or (``deterministic=False``) actions
+    sampled from a generator seeded with :data:`EVAL_SEED`, apart from training's stream."""
     import gymnasium as gym
     from PIL import Image
 
@@ -107,7 +115,10 @@ def record_gif(
     obs, _ = env.reset(seed=EVAL_SEED)
     device = next(iter(policy.parameters())).device
     frames = []
-    with set_exploration_type(ExplorationType.DETERMINISTIC):
+    mode = ExplorationType.DETERMINISTIC if deterministic else ExplorationType.RANDOM
+    cuda = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda), set_exploration_type(mode):
+        torch.manual_seed(EVAL_SEED)
         for _ in range(max_frames):
             frames.append(Image.fromarray(env.render()))
             td = TensorDict(
