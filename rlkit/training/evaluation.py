@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -14,6 +16,18 @@ from rlkit import keys
 
 #: Evaluation environments are seeded from here, apart from every training seed.
 EVAL_SEED = 10_000
+
+
+@contextmanager
+def evaluation_mode(deterministic: bool, device: torch.device) -> Iterator[None]:
+    """How evaluation episodes act: the policy's mode, or (``deterministic=False``) sampled
+    actions from torch's generator seeded with :data:`EVAL_SEED`. Either way inside
+    :func:`torch.random.fork_rng`, so training's random stream is restored afterwards."""
+    mode = ExplorationType.DETERMINISTIC if deterministic else ExplorationType.RANDOM
+    cuda = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda), set_exploration_type(mode):
+        torch.manual_seed(EVAL_SEED)
+        yield
 
 
 class Evaluator:
@@ -59,14 +73,8 @@ class Evaluator:
 
     @torch.no_grad()
     def returns(self, policy: nn.Module) -> torch.Tensor:
-        if self.deterministic:
-            with set_exploration_type(ExplorationType.DETERMINISTIC):
-                return self._play(policy)
-        cuda = [self.device] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=cuda):
-            torch.manual_seed(EVAL_SEED)
-            with set_exploration_type(ExplorationType.RANDOM):
-                return self._play(policy)
+        with evaluation_mode(self.deterministic, self.device):
+            return self._play(policy)
 
     def _play(self, policy: nn.Module) -> torch.Tensor:
         env, n = self.env, self.episodes
@@ -115,10 +123,7 @@ def record_gif(
     obs, _ = env.reset(seed=EVAL_SEED)
     device = next(iter(policy.parameters())).device
     frames = []
-    mode = ExplorationType.DETERMINISTIC if deterministic else ExplorationType.RANDOM
-    cuda = [device] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=cuda), set_exploration_type(mode):
-        torch.manual_seed(EVAL_SEED)
+    with evaluation_mode(deterministic, device):
         for _ in range(max_frames):
             frames.append(Image.fromarray(env.render()))
             td = TensorDict(
