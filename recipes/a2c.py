@@ -31,8 +31,12 @@ class A2CConfig(OnPolicyConfig):
     total_frames: int = field(default=500_000, metadata={"help": "frames to train for"})
     rollout_steps: int = 5
     epochs: int = 1
-    minibatch_size: int = field(
-        default=40, metadata={"help": "samples per gradient step (the whole batch by default)"}
+    minibatch_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "samples per gradient step (none: the whole batch, A2C's one step per "
+            "batch at any --num-envs)"
+        },
     )
     lr: float = field(default=7e-4, metadata={"help": "learning rate"})
     optimizer: str = "rmsprop"

@@ -26,7 +26,7 @@ from rlkit.objectives import IMPALALoss
 from rlkit.training import cli, parse_config, run
 from rlkit.training.async_collect import worker_collector_factory
 from rlkit.training.onpolicy import build_actor_critic
-from rlkit.training.vtrace_learner import IMPALALearner, VTraceConfig
+from rlkit.training.vtrace_learner import IMPALA_NO_KL, IMPALALearner, VTraceConfig
 
 
 # 1. config ----------------------------------------------------------------------------------
@@ -46,6 +46,11 @@ class IMPALAConfig(VTraceConfig):
     reduction: str = field(
         default="mean", metadata={"help": "mean or sum over the batch", "choices": ("mean", "sum")}
     )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.lr_schedule == "kl":
+            raise ValueError(IMPALA_NO_KL)
 
 
 PRESETS: dict[str, dict] = {

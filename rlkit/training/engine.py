@@ -152,32 +152,58 @@ class Context:
         max_grad_norm: float | None = None,
         transform_grads: Callable[[], None] | None = None,
     ) -> float:
-        """Backward, all-reduce gradients across ranks, clip, check finiteness, step.
+        """Backward of ``loss`` into ``optimizer``'s parameters, then :meth:`step_optimizer`.
 
-        ``transform_grads`` (optional) runs after the all-reduce and before clipping: it may
-        rewrite the parameters' ``.grad`` in place (SVPG's Stein update mixes the particles'
-        gradients there), and sees the same averaged gradients on every rank.
-        Returns the gradient norm before clipping. Raises :class:`NonFiniteError` when the
-        loss or a gradient is NaN or inf: the decision is taken on all-reduced gradients,
-        so every rank stops together.
+        Learners use :func:`rlkit.training.update.update_loop`; this is the one-loss form.
         """
+        params = self._optimizer_params(optimizer)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward(inputs=params)
+        return self.step_optimizer(
+            optimizer,
+            max_grad_norm=max_grad_norm,
+            transform_grads=transform_grads,
+            loss=loss.detach(),
+        )
+
+    def _optimizer_params(self, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
         params = self._params.get(id(optimizer))
         if params is None:
             params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
             self._params[id(optimizer)] = params
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        return params
+
+    def step_optimizer(
+        self,
+        optimizer: torch.optim.Optimizer,
+        *,
+        max_grad_norm: float | None = None,
+        transform_grads: Callable[[], None] | None = None,
+        loss: torch.Tensor | float | None = None,
+    ) -> float:
+        """All-reduce the gradients already in ``optimizer``'s parameters, clip, check, step.
+
+        ``transform_grads`` (optional) runs after the all-reduce and before clipping: it may
+        rewrite the parameters' ``.grad`` in place (SVPG's Stein update mixes the particles'
+        gradients there), and sees the same averaged gradients on every rank.
+        Returns the gradient norm before clipping. Raises :class:`NonFiniteError` when a
+        gradient is NaN or inf: the decision is taken on all-reduced gradients, so every rank
+        stops together (``loss``, when given, is quoted in the message).
+        """
+        params = self._optimizer_params(optimizer)
         if self.world_size > 1:
             self._all_reduce_grads(params)
         if transform_grads is not None:
             transform_grads()
+        grads = [p for p in params if p.grad is not None]
         norm = torch.nn.utils.clip_grad_norm_(
-            params, max_grad_norm if max_grad_norm else math.inf, foreach=True
+            grads, max_grad_norm if max_grad_norm else math.inf, foreach=True
         )
         norm_value = float(norm)
         if not math.isfinite(norm_value):
+            shown = "?" if loss is None else f"{float(loss):.4g}"
             raise NonFiniteError(
-                f"non-finite loss or gradient (loss {float(loss.detach()):.4g}, gradient norm "
+                f"non-finite loss or gradient (loss {shown}, gradient norm "
                 f"{norm_value}) at {self.counters.frames:,} frames"
             )
         optimizer.step()

@@ -7,7 +7,7 @@ the steps, applies schedules and averages diagnostics.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +20,7 @@ from rlkit.data.minibatch import minibatch_indices
 from rlkit.training import schedules
 from rlkit.training.config import TrainConfig, in_unit_interval, non_negative, positive
 from rlkit.training.engine import Context, Learner
+from rlkit.training.update import LossContractError, LossGroup, MeanMetrics, update_loop
 
 
 def _help(text: str, **kw: Any) -> dict[str, Any]:
@@ -32,7 +33,9 @@ class OnPolicyConfig(TrainConfig):
 
     rollout_steps: int = field(default=32, metadata=_help("steps per env per batch"))
     epochs: int = field(default=10, metadata=_help("passes over each batch"))
-    minibatch_size: int = field(default=256, metadata=_help("samples per gradient step"))
+    minibatch_size: int | None = field(
+        default=256, metadata=_help("samples per gradient step (none: the whole batch)")
+    )
     lr: float = field(default=3e-4, metadata=_help("learning rate (initial, when scheduled)"))
     lr_schedule: str = field(
         default="constant",
@@ -80,7 +83,7 @@ class OnPolicyConfig(TrainConfig):
         positive(self, "rollout_steps", "epochs", "minibatch_size", "lr", "adam_eps")
         non_negative(self, "lr_final", "entropy_coef", "value_coef", "max_grad_norm")
         in_unit_interval(self, "gamma", "gae_lambda")
-        if self.minibatch_size > self.batch_size:
+        if self.minibatch_size is not None and self.minibatch_size > self.batch_size:
             raise ValueError(
                 f"--minibatch-size {self.minibatch_size} is larger than the batch "
                 f"(--num-envs {self.num_envs} x --rollout-steps {self.rollout_steps} = "
@@ -100,6 +103,11 @@ class OnPolicyConfig(TrainConfig):
     def batch_size(self) -> int:
         """Samples per collected batch on one rank."""
         return self.num_envs * self.rollout_steps
+
+    @property
+    def minibatch(self) -> int:
+        """Samples per gradient step: ``minibatch_size``, or the whole batch when none."""
+        return self.batch_size if self.minibatch_size is None else self.minibatch_size
 
 
 @dataclass(frozen=True)
@@ -136,25 +144,7 @@ def make_optimizer(cfg: OnPolicyConfig, params) -> torch.optim.Optimizer:
     return torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps, fused=True)
 
 
-class _Mean:
-    """Averages detached scalar diagnostics without a device sync per step."""
-
-    def __init__(self) -> None:
-        self.sums: dict[str, torch.Tensor] = {}
-        self.counts: dict[str, int] = {}
-
-    def add(self, values: Mapping[str, torch.Tensor | float]) -> None:
-        for k, v in values.items():
-            v = v.detach().float() if isinstance(v, torch.Tensor) else torch.tensor(float(v))
-            self.sums[k] = self.sums[k] + v if k in self.sums else v
-            self.counts[k] = self.counts.get(k, 0) + 1
-
-    def result(self) -> dict[str, float]:
-        if not self.sums:
-            return {}
-        names = list(self.sums)
-        values = torch.stack([self.sums[k].reshape(()) for k in names]).tolist()
-        return {k: v / self.counts[k] for k, v in zip(names, values)}
+_Mean = MeanMetrics  # the name earlier learners used
 
 
 class PolicyGradientLearner(Learner):
@@ -191,6 +181,7 @@ class PolicyGradientLearner(Learner):
         self.loss_schedules = dict(loss_schedules or {})
         if cfg.entropy_coef_final is not None:
             self.loss_schedules["entropy_coef"] = (cfg.entropy_coef, cfg.entropy_coef_final)
+        check_schedules(loss, self.loss_schedules)
         self.actor, self.critic, self.estimator, self.loss = actor, critic, estimator, loss
         self.cfg, self.obs_norm = cfg, obs_norm
         self.nets = nn.ModuleDict({"actor": actor, "critic": critic})
@@ -243,41 +234,69 @@ class PolicyGradientLearner(Learner):
             out[name] = value
         return out
 
-    def _minibatches(self, flat: TensorDictBase, generator: torch.Generator):
+    def _minibatches(
+        self, flat: TensorDictBase, generator: torch.Generator
+    ) -> Iterable[TensorDictBase]:
+        size = self.cfg.minibatch
         n = flat.shape[0]
-        if self.cfg.minibatch_size >= n:
+        if size >= n:
             # one minibatch per epoch: the mean loss over the whole batch does not depend on
             # the order of its samples, so skip the shuffle and the copy
             return (flat,)
-        order = minibatch_indices(n, self.cfg.minibatch_size, generator=generator)
+        order = minibatch_indices(n, size, generator=generator)
         return (flat[idx] for idx in order)
 
+    def loss_groups(self) -> list[LossGroup]:
+        """The groups :meth:`update` trains: one, the loss over actor and critic."""
+        if not hasattr(self, "_groups"):
+            self._groups = [
+                LossGroup(
+                    "policy",
+                    self.loss,
+                    self.optimizer,
+                    epochs=self.cfg.epochs,
+                    max_grad_norm=self.cfg.max_grad_norm,
+                )
+            ]
+        return self._groups
+
     def update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
-        cfg = self.cfg
         sched = self.apply_schedules(ctx.progress)
         with torch.no_grad():
             self.estimator(batch)
-        # only what the loss reads: indexing a minibatch then copies 6 keys instead of ~25
-        flat = batch.reshape(-1).select(*self.loss.in_keys, strict=False)
-        stats = _Mean()
-        has_switch = hasattr(self.loss, "diagnostics")
-        for epoch in range(cfg.epochs):
-            if has_switch:  # detached diagnostics (KL, clip fraction, ...) of the last epoch
-                self.loss.diagnostics = epoch == cfg.epochs - 1
-            for minibatch in self._minibatches(flat, ctx.generator):
-                out = self.loss(minibatch)
-                total = sum(v for k, v in out.items() if k.startswith("loss_"))
-                grad_norm = ctx.optimize(total, self.optimizer, max_grad_norm=cfg.max_grad_norm)
-                stats.add({k: v for k, v in out.items() if v.numel() == 1})
-                stats.add({"grad_norm": grad_norm})
-        result = stats.result()
-        if self.kl_lr is not None and "approx_kl" in result:
+        flat = batch.reshape(-1)
+        result = update_loop(self.loss_groups(), flat, ctx, minibatches=self._minibatches)
+        self.after_update(batch, result, ctx)
+        return result | sched
+
+    def after_update(self, batch: TensorDictBase, result: Mapping[str, float], ctx) -> None:
+        """KL-adaptive learning rate from the batch's ``approx_kl``, then the observation
+        statistics (after the gradient steps, so a batch is scored with the statistics it was
+        collected with; every rank merges all ranks' observations)."""
+        if self.kl_lr is not None:
+            if "approx_kl" not in result:
+                raise LossContractError(
+                    f"--lr-schedule kl adapts the learning rate to the loss's approx_kl, but "
+                    f"{type(self.loss).__name__} reports none: use --lr-schedule constant or "
+                    "linear, or a loss that reports approx_kl"
+                )
             kl = ctx.all_reduce_mean(torch.tensor(result["approx_kl"]))
             self.kl_lr.update(float(kl))
         if self.obs_norm is not None:
-            # every rank merges all ranks' observations, so statistics stay identical
             self.obs_norm.update(ctx.all_gather(batch.get(keys.OBSERVATION)))
-        return result | sched
+
+
+def check_schedules(loss: nn.Module, schedules_: Mapping[str, tuple[float, float]]) -> None:
+    """Every scheduled name must be a numeric attribute of ``loss`` (else nothing reads it)."""
+    for name in schedules_:
+        value = getattr(loss, name, None)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(
+                f"loss_schedules names {name!r}, which {type(loss).__name__} does not have as a "
+                "hyperparameter, so the schedule would change nothing: schedule one of its "
+                "hyperparameters (e.g. clip_epsilon on PPOLoss, entropy_coef on any "
+                "actor-critic loss)"
+            )
 
 
 class Normalize(nn.Module):

@@ -27,9 +27,16 @@ from torch import nn
 from rlkit import keys
 from rlkit.training.async_collect import POLICY_LAG
 from rlkit.training.engine import Context
-from rlkit.training.onpolicy import OnPolicyConfig, PolicyGradientLearner, _Mean
+from rlkit.training.onpolicy import OnPolicyConfig, PolicyGradientLearner
+from rlkit.training.update import update_loop
 
 __all__ = ["APPOLearner", "IMPALALearner", "VTraceConfig"]
+
+IMPALA_NO_KL = (
+    "--lr-schedule kl adapts the learning rate to the policy's KL between updates, which "
+    "IMPALA's loss does not measure: use --lr-schedule constant or linear (APPO, which tracks "
+    "the KL to its target network, supports kl)"
+)
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,8 @@ class IMPALALearner(PolicyGradientLearner):
     """
 
     def __init__(self, *, algo: str = "impala", actor, critic, loss, cfg, obs_norm=None):
+        if cfg.lr_schedule == "kl":
+            raise ValueError(IMPALA_NO_KL)
         super().__init__(
             algo=algo,
             actor=actor,
@@ -102,26 +111,20 @@ class IMPALALearner(PolicyGradientLearner):
             obs_norm=obs_norm,
         )
 
-    def update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
-        cfg = self.cfg
-        sched = self.apply_schedules(ctx.progress)
-        data = batch.select(*self.loss.in_keys, strict=False)
+    def _minibatches(self, data: TensorDictBase, generator: torch.Generator):
+        """Minibatches of whole env rows of the ``[N, T]`` batch (V-trace runs along T)."""
         n, steps = data.batch_size
-        rows = max(1, min(n, cfg.minibatch_size // steps))
-        stats = _Mean()
-        for epoch in range(cfg.epochs):
-            self.loss.diagnostics = epoch == cfg.epochs - 1
-            order = torch.randperm(n, generator=ctx.generator) if rows < n else None
-            for start in range(0, n, rows):
-                mb = data if order is None else data[order[start : start + rows]]
-                out = self.loss(mb)
-                total = sum(v for k, v in out.items() if k.startswith("loss_"))
-                grad_norm = ctx.optimize(total, self.optimizer, max_grad_norm=cfg.max_grad_norm)
-                stats.add({k: v for k, v in out.items() if v.numel() == 1})
-                stats.add({"grad_norm": grad_norm})
-        if self.obs_norm is not None:
-            self.obs_norm.update(ctx.all_gather(batch.get(keys.OBSERVATION)))
-        return stats.result() | sched | _lag_metrics(batch)
+        rows = max(1, min(n, self.cfg.minibatch // steps))
+        if rows >= n:
+            return (data,)
+        order = torch.randperm(n, generator=generator)
+        return (data[order[start : start + rows]] for start in range(0, n, rows))
+
+    def update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
+        sched = self.apply_schedules(ctx.progress)
+        result = update_loop(self.loss_groups(), batch, ctx, minibatches=self._minibatches)
+        self.after_update(batch, result, ctx)
+        return result | sched | _lag_metrics(batch)
 
 
 class APPOLearner(PolicyGradientLearner):

@@ -1,0 +1,373 @@
+r"""The one update loop: loss groups, epochs, minibatches, every ``loss_*`` term optimised.
+
+Every learner in rlkit updates its networks through :func:`update_loop`. A learner describes
+its update as :class:`LossGroup` s (an optimiser, the loss whose ``loss_*`` terms it sums, its
+epoch count and gradient clipping); the loop does the rest::
+
+    for epoch in range(max(group.epochs)):
+        for minibatch in minibatches(data):
+            out = loss(minibatch)                         # once per distinct loss module
+            for group still within its epochs:
+                sum(group's loss_* terms).backward(inputs=group's parameters)
+                all-reduce, (transform), clip, finiteness check, step the group's optimiser
+
+Groups in one call run in lockstep over the same minibatches; a group past its own epoch count
+is idle (its optimiser does not step, so its parameters stay bit-identical). Groups that should
+run one after the other (DAAC: the policy's epochs, then the value's) are two calls.
+
+Contracts, each an error rather than a silent wrong answer:
+
+* every ``loss_*`` term a loss returns is claimed by exactly one group (``terms=None`` claims
+  every term no other group of the same loss names); a term nobody claims, or a claimed term
+  the loss does not return, raises :class:`LossContractError`;
+* on the first step of each group, a claimed term that requires a gradient must reach at least
+  one of the group's parameters (a term that would train nothing raises);
+* the minibatch holds exactly the keys a loss declares in ``in_keys``: a declared key missing
+  from the batch raises :class:`~rlkit.objectives.common.MissingKeyError` naming it and the
+  loss, and so does a key the loss reads without declaring it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import tensordict
+import torch
+from tensordict import TensorDictBase
+from torch import nn
+
+from rlkit import keys
+from rlkit.objectives.common import MissingKeyError
+
+__all__ = [
+    "LossContractError",
+    "LossGroup",
+    "MeanMetrics",
+    "select_inputs",
+    "update_loop",
+]
+
+
+class LossContractError(RuntimeError):
+    """A loss and the groups that optimise it disagree (a term dropped, unknown or inert)."""
+
+
+@dataclass(eq=False)
+class LossGroup:
+    """One optimiser's share of an update.
+
+    Args:
+        name: the group's name (``"policy"``, ``"value"``, ``"aux"``, ``"predictor"``, ...),
+            used in errors.
+        loss: a module whose ``forward(td)`` returns ``loss_*`` terms (already weighted) and
+            detached diagnostics.
+        optimizer: steps this group's parameters (and only this group's gradients reach them).
+        epochs: passes over the data this group trains for.
+        max_grad_norm: clip this group's gradient to this norm (``None`` or 0: off).
+        terms: the ``loss_*`` names this group sums; ``None``: every term of ``loss`` that no
+            other group of the same loss names.
+        scale: multiplies the summed terms (SVPG's particle count).
+        transform_grads: called after the all-reduce and before clipping (SVPG's Stein step).
+        grad_name: the metric under which the gradient norm before clipping is logged.
+    """
+
+    name: str
+    loss: nn.Module
+    optimizer: torch.optim.Optimizer
+    epochs: int = 1
+    max_grad_norm: float | None = None
+    terms: tuple[str, ...] | None = None
+    scale: float = 1.0
+    transform_grads: Callable[[], None] | None = None
+    grad_name: str = "grad_norm"
+    _checked: bool = field(default=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.epochs, bool) or not isinstance(self.epochs, int) or self.epochs < 0:
+            raise ValueError(f"loss group {self.name!r}: epochs must be an int >= 0")
+        if self.terms is not None:
+            self.terms = tuple(self.terms)
+            bad = [t for t in self.terms if not t.startswith("loss_")]
+            if bad:
+                raise ValueError(
+                    f"loss group {self.name!r}: terms must be loss_* names, got {bad}"
+                )
+
+    @property
+    def parameters(self) -> list[torch.Tensor]:
+        return [p for g in self.optimizer.param_groups for p in g["params"] if p.requires_grad]
+
+
+class MeanMetrics:
+    """Averages detached scalar diagnostics without a device sync per step; names ending in
+    ``_max`` keep their maximum instead."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, torch.Tensor] = {}
+        self.counts: dict[str, int] = {}
+
+    def add(self, values: Mapping[str, torch.Tensor | float]) -> None:
+        for k, v in values.items():
+            v = v.detach().float() if isinstance(v, torch.Tensor) else torch.tensor(float(v))
+            if k not in self.sums:
+                self.sums[k] = v
+            elif k.endswith("_max"):
+                self.sums[k] = torch.maximum(self.sums[k], v)
+            else:
+                self.sums[k] = self.sums[k] + v
+            self.counts[k] = self.counts.get(k, 0) + 1
+
+    def result(self) -> dict[str, float]:
+        if not self.sums:
+            return {}
+        names = list(self.sums)
+        values = torch.stack([self.sums[k].reshape(()) for k in names]).tolist()
+        return {
+            k: v if k.endswith("_max") else v / self.counts[k] for k, v in zip(names, values)
+        }
+
+
+# --------------------------------------------------------------------------- key contract
+def select_inputs(data: TensorDictBase, losses: Iterable[nn.Module]) -> TensorDictBase:
+    """``data`` restricted to the keys the ``losses`` declare in ``in_keys``.
+
+    Raises :class:`MissingKeyError` naming the first declared key the batch lacks and the
+    loss that declares it.
+    """
+    wanted: list = []
+    present = set(data.keys(include_nested=True))
+    for loss in losses:
+        for key in loss.in_keys:
+            if key not in present:
+                raise MissingKeyError(
+                    f"{type(loss).__name__} declares {keys.describe(key)} in its in_keys but "
+                    f"the batch has no such key (it holds {sorted(map(str, present))}): run "
+                    "the component that writes it first, or rename it with loss.set_keys(...)"
+                )
+            if key not in wanted:
+                wanted.append(key)
+    return data.select(*wanted)
+
+
+def _undeclared_key_error(loss: nn.Module, err: KeyError, full: TensorDictBase) -> Exception:
+    """A loss read a key outside its ``in_keys``: name it (the full batch's matching key)."""
+    message = str(err.args[0]) if err.args else str(err)
+    leaf = message.split('"')[1] if message.count('"') >= 2 else message
+    candidates = [
+        k
+        for k in full.keys(include_nested=True)
+        if (k[-1] if isinstance(k, tuple) else k) == leaf and k not in loss.in_keys
+    ]
+    name = keys.describe(candidates[0]) if candidates else repr(leaf)
+    return MissingKeyError(
+        f"{type(loss).__name__} reads {name}, which is not among its in_keys "
+        f"{list(loss.in_keys)}: the update loop passes a loss only the keys it declares. "
+        "Add the key to the loss's in_keys (or its _required_keys)."
+    )
+
+
+def _call_loss(loss: nn.Module, minibatch: TensorDictBase, full: TensorDictBase | None):
+    """``loss(minibatch)`` with strict ``TensorDict.get``: reading an undeclared key raises."""
+    previous = tensordict.get_defaults_to_none()
+    tensordict.set_get_defaults_to_none(False)
+    try:
+        return loss(minibatch)
+    except KeyError as err:
+        if isinstance(err, MissingKeyError) or full is None:
+            raise
+        raise _undeclared_key_error(loss, err, full) from err
+    finally:
+        tensordict.set_get_defaults_to_none(previous)
+
+
+# --------------------------------------------------------------------------- term contract
+def _claims(groups: Sequence[LossGroup]) -> dict[int, tuple[LossGroup, frozenset[str] | None]]:
+    """Per group: the explicit terms it claims, or None for 'the rest of its loss's terms'."""
+    by_loss: dict[int, list[LossGroup]] = {}
+    for g in groups:
+        by_loss.setdefault(id(g.loss), []).append(g)
+    for members in by_loss.values():
+        rest = [g for g in members if g.terms is None]
+        if len(rest) > 1:
+            names = ", ".join(repr(g.name) for g in rest)
+            raise LossContractError(
+                f"loss groups {names} share {type(members[0].loss).__name__} and both claim "
+                "its remaining loss_* terms: give all but one of them explicit terms=(...)"
+            )
+        seen: dict[str, str] = {}
+        for g in members:
+            for t in g.terms or ():
+                if t in seen:
+                    raise LossContractError(
+                        f"loss term {t!r} is claimed by groups {seen[t]!r} and {g.name!r}: "
+                        "each term is optimised by exactly one group"
+                    )
+                seen[t] = g.name
+    return {id(g): (g, frozenset(g.terms) if g.terms is not None else None) for g in groups}
+
+
+def _group_terms(
+    group: LossGroup, out: TensorDictBase, groups: Sequence[LossGroup]
+) -> list[str]:
+    """The ``loss_*`` names of ``out`` this group optimises (checked against the claims)."""
+    returned = [k for k in out.keys() if isinstance(k, str) and k.startswith("loss_")]
+    siblings = [g for g in groups if g.loss is group.loss]
+    explicit = {t for g in siblings if g.terms is not None for t in g.terms}
+    missing = sorted(explicit - set(returned))
+    if missing:
+        raise LossContractError(
+            f"loss groups optimise {missing}, which {type(group.loss).__name__} does not "
+            f"return (it returns {returned}): fix the group's terms=(...)"
+        )
+    if not any(g.terms is None for g in siblings):
+        unclaimed = sorted(set(returned) - explicit)
+        if unclaimed:
+            raise LossContractError(
+                f"{type(group.loss).__name__} returns {unclaimed}, which no loss group "
+                f"optimises (groups: {[g.name for g in siblings]}): a loss_* term is optimised "
+                "or refused, never dropped; add it to a group's terms=(...) or rename it "
+                "without the loss_ prefix if it is a diagnostic"
+            )
+    if group.terms is not None:
+        return list(group.terms)
+    return [t for t in returned if t not in explicit]
+
+
+def _check_reaches(group: LossGroup, out: TensorDictBase, names: Sequence[str]) -> None:
+    """First step of a group: each claimed term with a graph reaches the group's parameters."""
+    params = group.parameters
+    for name in names:
+        term = out.get(name)
+        if not term.requires_grad:
+            continue
+        grads = torch.autograd.grad(term, params, retain_graph=True, allow_unused=True)
+        if all(g is None for g in grads):
+            raise LossContractError(
+                f"loss term {name!r} of {type(group.loss).__name__} reaches none of loss group "
+                f"{group.name!r}'s parameters, so optimising it would change nothing: give it "
+                "to the group whose networks it depends on (terms=(...))"
+            )
+    group._checked = True
+
+
+# --------------------------------------------------------------------------- the loop
+def _full_batch(data: TensorDictBase, generator: torch.Generator) -> Iterable[TensorDictBase]:
+    del generator
+    return (data,)
+
+
+def update_loop(
+    groups: Sequence[LossGroup],
+    data: TensorDictBase,
+    ctx: Any,
+    *,
+    minibatches: Callable[[TensorDictBase, torch.Generator], Iterable[TensorDictBase]]
+    | None = None,
+    grad_accum: int = 1,
+    source: TensorDictBase | None = None,
+) -> dict[str, float]:
+    """Train ``groups`` on ``data`` (see the module docstring). Returns averaged metrics.
+
+    Args:
+        groups: the loss groups, run in lockstep.
+        data: the batch, already holding what the losses read (advantages, targets).
+        ctx: the engine's :class:`~rlkit.training.engine.Context` (ranks, RNG, optimiser step).
+        minibatches: ``(data, generator) -> iterable of minibatches`` for one epoch; default:
+            the whole of ``data`` once per epoch.
+        grad_accum: split each minibatch into this many chunks, back-propagated one at a time
+            (each weighted by its share of the rows) before one optimiser step.
+        source: the batch ``data`` was selected from, to name a key a loss reads without
+            declaring it (default: ``data``).
+    """
+    if not groups:
+        raise ValueError("update_loop needs at least one loss group")
+    _claims(groups)
+    _check_disjoint(groups)
+    losses = list({id(g.loss): g.loss for g in groups}.values())
+    inputs = select_inputs(data, losses)
+    source = data if source is None else source
+    minibatches = minibatches or _full_batch
+    n_epochs = max(g.epochs for g in groups)
+    stats = MeanMetrics()
+    for epoch in range(n_epochs):
+        active = [g for g in groups if epoch < g.epochs]
+        for loss in losses:  # detached diagnostics in the last epoch a loss is used
+            if hasattr(loss, "diagnostics"):
+                last = max(g.epochs for g in groups if g.loss is loss) - 1
+                loss.diagnostics = epoch == last
+        for minibatch in minibatches(inputs, ctx.generator):
+            _step(active, groups, minibatch, ctx, stats, grad_accum, source)
+    return stats.result()
+
+
+def _check_disjoint(groups: Sequence[LossGroup]) -> None:
+    owner: dict[int, str] = {}
+    for g in groups:
+        for p in {id(p) for p in g.parameters}:
+            if p in owner and owner[p] != g.name:
+                raise LossContractError(
+                    f"loss groups {owner[p]!r} and {g.name!r} step the same parameter in one "
+                    "update: each parameter belongs to one group's optimiser"
+                )
+            owner[p] = g.name
+
+
+def _step(
+    active: Sequence[LossGroup],
+    groups: Sequence[LossGroup],
+    minibatch: TensorDictBase,
+    ctx: Any,
+    stats: MeanMetrics,
+    grad_accum: int,
+    source: TensorDictBase,
+) -> None:
+    """One optimiser step per active group on ``minibatch`` (chunked when ``grad_accum``)."""
+    if not active:
+        return
+    n = minibatch.shape[0]
+    chunks = (
+        [slice(None)]
+        if grad_accum <= 1
+        else [idx for idx in torch.arange(n).tensor_split(grad_accum) if len(idx)]
+    )
+    for g in active:
+        g.optimizer.zero_grad(set_to_none=True)
+    totals = {id(g): 0.0 for g in active}
+    merged: dict[str, torch.Tensor] = {}
+    for chunk in chunks:
+        part = minibatch if isinstance(chunk, slice) else minibatch[chunk]
+        weight = 1.0 if isinstance(chunk, slice) else len(chunk) / n
+        outs: dict[int, TensorDictBase] = {}
+        for g in active:
+            if id(g.loss) not in outs:
+                outs[id(g.loss)] = _call_loss(g.loss, part, source)
+        pending = [(g, outs[id(g.loss)]) for g in active]
+        for i, (g, out) in enumerate(pending):
+            names = _group_terms(g, out, groups)
+            if not g._checked:
+                _check_reaches(g, out, names)
+            total = g.scale * weight * sum(out.get(t) for t in names)
+            totals[id(g)] = totals[id(g)] + total.detach()
+            if isinstance(total, torch.Tensor) and total.requires_grad:
+                total.backward(inputs=g.parameters, retain_graph=i < len(pending) - 1)
+        for out in outs.values():
+            for k, v in out.items():
+                if not isinstance(k, str) or v.numel() != 1:
+                    continue
+                v = v.detach()
+                if k.endswith("_max"):
+                    merged[k] = torch.maximum(merged[k], v) if k in merged else v
+                else:
+                    merged[k] = merged[k] + v * weight if k in merged else v * weight
+    stats.add(merged)
+    for g in active:
+        norm = ctx.step_optimizer(
+            g.optimizer,
+            max_grad_norm=g.max_grad_norm,
+            transform_grads=g.transform_grads,
+            loss=totals[id(g)],
+        )
+        stats.add({g.grad_name: norm})
+
