@@ -91,9 +91,7 @@ class LossGroup:
             self.terms = tuple(self.terms)
             bad = [t for t in self.terms if not t.startswith("loss_")]
             if bad:
-                raise ValueError(
-                    f"loss group {self.name!r}: terms must be loss_* names, got {bad}"
-                )
+                raise ValueError(f"loss group {self.name!r}: terms must be loss_* names, got {bad}")
 
     @property
     def parameters(self) -> list[torch.Tensor]:
@@ -124,9 +122,7 @@ class MeanMetrics:
             return {}
         names = list(self.sums)
         values = torch.stack([self.sums[k].reshape(()) for k in names]).tolist()
-        return {
-            k: v if k.endswith("_max") else v / self.counts[k] for k, v in zip(names, values)
-        }
+        return {k: v if k.endswith("_max") else v / self.counts[k] for k, v in zip(names, values)}
 
 
 # --------------------------------------------------------------------------- key contract
@@ -208,11 +204,9 @@ def _claims(groups: Sequence[LossGroup]) -> dict[int, tuple[LossGroup, frozenset
     return {id(g): (g, frozenset(g.terms) if g.terms is not None else None) for g in groups}
 
 
-def _group_terms(
-    group: LossGroup, out: TensorDictBase, groups: Sequence[LossGroup]
-) -> list[str]:
+def _group_terms(group: LossGroup, out: TensorDictBase, groups: Sequence[LossGroup]) -> list[str]:
     """The ``loss_*`` names of ``out`` this group optimises (checked against the claims)."""
-    returned = [k for k in out.keys() if isinstance(k, str) and k.startswith("loss_")]
+    returned = [k for k in out if isinstance(k, str) and k.startswith("loss_")]
     siblings = [g for g in groups if g.loss is group.loss]
     explicit = {t for g in siblings if g.terms is not None for t in g.terms}
     missing = sorted(explicit - set(returned))
@@ -353,14 +347,7 @@ def _step(
             if isinstance(total, torch.Tensor) and total.requires_grad:
                 total.backward(inputs=g.parameters, retain_graph=i < len(pending) - 1)
         for out in outs.values():
-            for k, v in out.items():
-                if not isinstance(k, str) or v.numel() != 1:
-                    continue
-                v = v.detach()
-                if k.endswith("_max"):
-                    merged[k] = torch.maximum(merged[k], v) if k in merged else v
-                else:
-                    merged[k] = merged[k] + v * weight if k in merged else v * weight
+            _merge_scalars(merged, out, weight)
     stats.add(merged)
     for g in active:
         norm = ctx.step_optimizer(
@@ -371,3 +358,14 @@ def _step(
         )
         stats.add({g.grad_name: norm})
 
+
+def _merge_scalars(merged: dict[str, torch.Tensor], out: TensorDictBase, weight: float) -> None:
+    """Add ``out``'s scalar entries to ``merged`` (chunk-weighted sums; ``*_max``: max)."""
+    for k, v in out.items():
+        if not isinstance(k, str) or v.numel() != 1:
+            continue
+        v = v.detach()
+        if k.endswith("_max"):
+            merged[k] = torch.maximum(merged[k], v) if k in merged else v
+        else:
+            merged[k] = merged[k] + v * weight if k in merged else v * weight

@@ -24,7 +24,6 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from rlkit import keys
 from rlkit.training.async_collect import POLICY_LAG
 from rlkit.training.engine import Context
 from rlkit.training.onpolicy import OnPolicyConfig, PolicyGradientLearner
