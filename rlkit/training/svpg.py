@@ -42,6 +42,7 @@ from rlkit.objectives.functional import standardize
 from rlkit.objectives.svpg import median_bandwidth, rbf_kernel, stein_update
 from rlkit.training import schedules
 from rlkit.training.engine import Context, Learner
+from rlkit.training.update import LossGroup, MeanMetrics, update_loop
 
 __all__ = [
     "ParticlePolicy",
@@ -343,6 +344,7 @@ class SVPGLearner(Learner):
         self.policy = ParticlePolicy(actor)
         self.nets = nn.ModuleDict({"actor": actor, "critic": critic})
         self.last_transform: dict[str, Tensor] = {}
+        self._pending: list[dict[str, Tensor]] = []
 
     # ---------------------------------------------------------------- Learner interface
     def modules(self) -> dict[str, nn.Module]:
@@ -428,19 +430,34 @@ class SVPGLearner(Learner):
             self.estimator(batch)
         if self.normalize_advantage:
             self._standardize_per_particle(batch)
-        data = batch.select(*self.loss.in_keys, strict=False)
-        sums: dict[str, Tensor] = {}
-        for _ in range(self.epochs):
-            out = self.loss(data)
-            total = self.num_particles * sum(v for k, v in out.items() if k.startswith("loss_"))
-            step = ctx.optimize(total, self.optimizer, transform_grads=self.transform_grads)
-            values = {k: v for k, v in out.items() if v.numel() == 1}
-            values |= self.last_transform | {"step_norm": torch.tensor(step)}
-            for k, v in values.items():
-                sums[k] = sums.get(k, 0.0) + v.detach().float()
-        names = list(sums)
-        means = (torch.stack([sums[k] for k in names]) / self.epochs).tolist()
-        return dict(zip(names, means)) | {"lr": lr}
+        self._pending: list[dict[str, Tensor]] = []
+        result = update_loop(self.loss_groups(), batch, ctx)
+        transform = MeanMetrics()
+        for values in self._pending:
+            transform.add(values)
+        return result | transform.result() | {"lr": lr}
+
+    def loss_groups(self) -> list[LossGroup]:
+        """One group: every term of the loss over all particles, scaled by ``P`` so each
+        particle gets its own A2C gradient, then the Stein transform (no global clipping:
+        :meth:`clip_per_particle` clips each particle inside the transform)."""
+        if not hasattr(self, "_groups"):
+            self._groups = [
+                LossGroup(
+                    "particles",
+                    self.loss,
+                    self.optimizer,
+                    epochs=self.epochs,
+                    scale=float(self.num_particles),
+                    transform_grads=self._transform_and_log,
+                    grad_name="step_norm",
+                )
+            ]
+        return self._groups
+
+    def _transform_and_log(self) -> None:
+        self.transform_grads()
+        self._pending.append(dict(self.last_transform))
 
     def state_dict(self) -> dict[str, Any]:
         return {}

@@ -206,7 +206,7 @@ def _claims(groups: Sequence[LossGroup]) -> dict[int, tuple[LossGroup, frozenset
 
 def _group_terms(group: LossGroup, out: TensorDictBase, groups: Sequence[LossGroup]) -> list[str]:
     """The ``loss_*`` names of ``out`` this group optimises (checked against the claims)."""
-    returned = [k for k in out if isinstance(k, str) and k.startswith("loss_")]
+    returned = [k for k in out.keys() if isinstance(k, str) and k.startswith("loss_")]  # noqa: SIM118
     siblings = [g for g in groups if g.loss is group.loss]
     explicit = {t for g in siblings if g.terms is not None for t in g.terms}
     missing = sorted(explicit - set(returned))
