@@ -1,8 +1,8 @@
-"""rlkit: a modular reinforcement-learning kit on TorchRL, TensorDict and Lightning."""
+"""rlkit: a modular reinforcement-learning kit on TorchRL, TensorDict and Lightning.
 
-from rlkit import _quiet, _speedups  # _quiet first: it silences third-party import notices
-
-_speedups.apply()
-del _quiet
+Importing rlkit changes nothing outside it: warning filters and speed work-arounds apply
+inside the engine's ``run`` and the recipes' command line only (``rlkit._quiet``,
+``rlkit._speedups``).
+"""
 
 __version__ = "0.1.0"

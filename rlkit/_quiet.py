@@ -1,12 +1,17 @@
-"""Keep the kit's output clean.
+"""Keep the kit's output clean, without touching anyone else's.
 
 Importing ``torchrl.collectors`` emits DeprecationWarnings, and TorchRL/Lightning print
 notices that are not actionable for rlkit users. The filters here are narrow: they match
 the exact third-party messages, so a warning raised by rlkit itself, or a new one from a
-dependency, still shows.
+dependency, still shows. They apply only inside :func:`quiet` (the engine's ``run`` and the
+recipes' command line): importing rlkit installs no warning filter.
 """
 
+from __future__ import annotations
+
+import contextlib
 import warnings
+from collections.abc import Iterator
 
 _IGNORED = [
     # (category, message regex, module regex)
@@ -19,5 +24,16 @@ _IGNORED = [
     (FutureWarning, r"torch\.distributed\.nn\.functional\.all_gather is deprecated", r".*"),
 ]
 
-for category, message, module in _IGNORED:
-    warnings.filterwarnings("ignore", message=message, category=category, module=module)
+
+def install() -> None:
+    """Add the filters for the rest of the process (a recipe's command-line entry only)."""
+    for category, message, module in _IGNORED:
+        warnings.filterwarnings("ignore", message=message, category=category, module=module)
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """The filters inside the block only; the caller's filters come back afterwards."""
+    with warnings.catch_warnings():
+        install()
+        yield

@@ -39,7 +39,7 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from rlkit import _speedups, keys
+from rlkit import _quiet, _speedups, keys
 from rlkit.training import checkpoint as ckpt
 from rlkit.training.config import TrainConfig, to_dict
 from rlkit.training.config import save_config as _save_config
@@ -751,8 +751,13 @@ class _LoopState:
 
 
 def run(cfg: TrainConfig, build: Callable[[Any, Any], Learner], *, algo: str, **kw) -> dict:
-    """Train ``build(cfg, env)`` under ``cfg``; returns the run summary (also summary.json)."""
-    return Engine(cfg, build, algo=algo, **kw).fit()
+    """Train ``build(cfg, env)`` under ``cfg``; returns the run summary (also summary.json).
+
+    Third-party notices are silenced and tensordict's measured slow path is patched for the
+    duration of the run only (``rlkit._quiet``, ``rlkit._speedups``).
+    """
+    with _quiet.quiet(), _speedups.patched():
+        return Engine(cfg, build, algo=algo, **kw).fit()
 
 
 #: Errors that mean "the user asked for something impossible": the CLI prints them as one line.
@@ -768,6 +773,7 @@ def cli(main: Callable[[list[str] | None], Any]) -> None:
     """
     import sys
 
+    _quiet.install()
     try:
         main(None)
     except NonFiniteError as err:

@@ -35,7 +35,7 @@ from typing import Any
 
 import tensordict
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from rlkit import keys
@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 
-class LossContractError(RuntimeError):
+class LossContractError(ValueError):
     """A loss and the groups that optimise it disagree (a term dropped, unknown or inert)."""
 
 
@@ -147,19 +147,42 @@ def select_inputs(data: TensorDictBase, losses: Iterable[nn.Module]) -> TensorDi
     return data.select(*wanted)
 
 
-def _undeclared_key_error(loss: nn.Module, err: KeyError, full: TensorDictBase) -> Exception:
-    """A loss read a key outside its ``in_keys``: name it (the full batch's matching key)."""
+def _missing_leaf(err: KeyError) -> str:
     message = str(err.args[0]) if err.args else str(err)
-    leaf = message.split('"')[1] if message.count('"') >= 2 else message
-    candidates = [
-        k
-        for k in full.keys(include_nested=True)
-        if (k[-1] if isinstance(k, tuple) else k) == leaf and k not in loss.in_keys
-    ]
-    name = keys.describe(candidates[0]) if candidates else repr(leaf)
+    return message.split('"')[1] if message.count('"') >= 2 else message
+
+
+def _undeclared_key_error(
+    loss: nn.Module, err: KeyError, part: TensorDictBase, full: TensorDictBase
+) -> Exception:
+    """A loss read a key outside its ``in_keys``: find which one and name it.
+
+    tensordict names only the missing level (``"next"`` for ``("next", "reward")``), so when
+    that level is a prefix of keys the batch holds, the loss is re-run (without gradients) on
+    the minibatch with an empty TensorDict there, which makes it fail one level deeper.
+    """
+    declared = list(loss.in_keys)
+    held = [k for k in full.keys(include_nested=True, leaves_only=True) if k not in declared]
+    probe, prefix, leaf = part.copy(), (), _missing_leaf(err)
+    for _ in range(4):
+        below = [
+            k for k in held if isinstance(k, tuple) and k[: len(prefix) + 1] == (*prefix, leaf)
+        ]
+        if not below or any(k == (*prefix, leaf) for k in held):
+            break
+        prefix = (*prefix, leaf)
+        probe.set(prefix, TensorDict({}, batch_size=probe.batch_size))
+        try:
+            with torch.no_grad():
+                loss(probe)
+            break
+        except KeyError as deeper:
+            leaf = _missing_leaf(deeper)
+    key = (*prefix, leaf) if prefix else leaf
+    name = keys.describe(key) if key in held or prefix else repr(leaf)
     return MissingKeyError(
         f"{type(loss).__name__} reads {name}, which is not among its in_keys "
-        f"{list(loss.in_keys)}: the update loop passes a loss only the keys it declares. "
+        f"{declared}: the update loop passes a loss only the keys it declares. "
         "Add the key to the loss's in_keys (or its _required_keys)."
     )
 
@@ -173,7 +196,7 @@ def _call_loss(loss: nn.Module, minibatch: TensorDictBase, full: TensorDictBase 
     except KeyError as err:
         if isinstance(err, MissingKeyError) or full is None:
             raise
-        raise _undeclared_key_error(loss, err, full) from err
+        raise _undeclared_key_error(loss, err, minibatch, full) from err
     finally:
         tensordict.set_get_defaults_to_none(previous)
 

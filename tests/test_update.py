@@ -1,0 +1,347 @@
+"""The one update loop (rlkit.training.update) and the contracts it makes loud.
+
+Each test states the wrong wiring it catches. References are written here: a hand-made SGD step,
+plain autograd on the whole minibatch, counts of optimiser steps.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from rlkit.objectives import A2CLoss, MissingKeyError, PPOLoss
+from rlkit.training.engine import Context, Counters
+from rlkit.training.onpolicy import check_schedules
+from rlkit.training.update import LossContractError, LossGroup, update_loop
+
+
+def _ctx() -> Context:
+    fabric = SimpleNamespace(world_size=1, device=torch.device("cpu"))
+    return Context(fabric, total_frames=10_000, counters=Counters())
+
+
+class _Quadratic(nn.Module):
+    """loss_a = sum((w_a - 1)^2 * x), loss_b = sum((w_b + 2)^2 * x) over a minibatch mean;
+    optional extra terms to probe the contracts."""
+
+    def __init__(self, extra: dict | None = None, reads: tuple = ()) -> None:
+        super().__init__()
+        self.a = nn.Parameter(torch.zeros(3))
+        self.b = nn.Parameter(torch.zeros(3))
+        self.extra = extra or {}
+        self.reads = reads
+        self.in_keys = ["x"]
+
+    def forward(self, td):
+        x = td.get("x").mean()
+        out = {
+            "loss_a": ((self.a - 1) ** 2).sum() * x,
+            "loss_b": ((self.b + 2) ** 2).sum() * x,
+            "diag": x.detach(),
+        }
+        for key in self.reads:
+            out["diag_read"] = td.get(key).float().mean()
+        for name, fn in self.extra.items():
+            out[name] = fn(self)
+        return TensorDict(out, batch_size=[])
+
+
+def _data(n: int = 8) -> TensorDict:
+    return TensorDict(
+        {"x": torch.linspace(0.5, 1.5, n), "other": torch.ones(n), ("next", "r"): torch.ones(n)},
+        [n],
+    )
+
+
+def _sgd(params, lr: float = 0.1) -> torch.optim.SGD:
+    return torch.optim.SGD(list(params), lr=lr)
+
+
+def test_every_term_is_optimised_by_its_group_as_a_hand_step_says():
+    """Two groups over one loss: each parameter moves by -lr * d(its group's terms)."""
+    loss = _Quadratic()
+    data = _data()
+    groups = [
+        LossGroup("a", loss, _sgd([loss.a]), terms=("loss_a",)),
+        LossGroup("b", loss, _sgd([loss.b])),  # the rest: loss_b
+    ]
+    update_loop(groups, data, _ctx())
+    x = data.get("x").mean()
+    # reference: w <- w - lr * 2 (w - c) x, from w = 0
+    torch.testing.assert_close(loss.a.detach(), torch.full((3,), 0.1 * 2 * x.item()))
+    torch.testing.assert_close(loss.b.detach(), torch.full((3,), -0.1 * 2 * 2 * x.item()))
+
+
+def test_an_extra_term_of_a_subclass_is_optimised_not_dropped():
+    """A loss_kl a user adds lands in the group with terms=None (it was dropped by name)."""
+    loss = _Quadratic(extra={"loss_kl": lambda m: 10.0 * (m.a**2).sum()})
+    groups = [
+        LossGroup("a", loss, _sgd([loss.a], lr=0.01)),
+        LossGroup("b", loss, _sgd([loss.b]), terms=("loss_b",)),
+    ]
+    update_loop(groups, _data(), _ctx())
+    x = _data().get("x").mean().item()
+    # d/da [(a-1)^2 x + 10 a^2] at a = 0: -2x; the step is +0.01 * 2x (the kl gradient is 0
+    # at a = 0, so take a second step from there to see it)
+    first = loss.a.detach().clone()
+    torch.testing.assert_close(first, torch.full((3,), 0.01 * 2 * x))
+    update_loop(groups, _data(), _ctx())
+    a = first
+    expected = a - 0.01 * (2 * (a - 1) * x + 20 * a)
+    torch.testing.assert_close(loss.a.detach(), expected)
+
+
+def test_a_term_no_group_claims_raises():
+    loss = _Quadratic(extra={"loss_extra": lambda m: (m.a**2).sum()})
+    groups = [
+        LossGroup("a", loss, _sgd([loss.a]), terms=("loss_a",)),
+        LossGroup("b", loss, _sgd([loss.b]), terms=("loss_b",)),
+    ]
+    with pytest.raises(LossContractError, match="loss_extra"):
+        update_loop(groups, _data(), _ctx())
+
+
+def test_a_claimed_term_the_loss_does_not_return_raises():
+    loss = _Quadratic()
+    groups = [LossGroup("a", loss, _sgd([loss.a, loss.b]), terms=("loss_a", "loss_typo"))]
+    with pytest.raises(LossContractError, match="loss_typo"):
+        update_loop(groups, _data(), _ctx())
+
+
+def test_a_term_that_reaches_none_of_its_groups_parameters_raises():
+    loss = _Quadratic()
+    groups = [
+        LossGroup("a", loss, _sgd([loss.a]), terms=("loss_b",)),  # wrong wiring: b's term
+        LossGroup("b", loss, _sgd([loss.b]), terms=("loss_a",)),
+    ]
+    with pytest.raises(LossContractError, match="reaches none"):
+        update_loop(groups, _data(), _ctx())
+
+
+def test_two_groups_may_not_step_one_parameter():
+    loss = _Quadratic()
+    groups = [
+        LossGroup("a", loss, _sgd([loss.a, loss.b]), terms=("loss_a",)),
+        LossGroup("b", loss, _sgd([loss.b]), terms=("loss_b",)),
+    ]
+    with pytest.raises(LossContractError, match="same parameter"):
+        update_loop(groups, _data(), _ctx())
+
+
+def test_an_idle_group_keeps_its_parameters_bit_identical_and_counts_its_own_epochs():
+    """Adam's momentum would keep moving an idle network that got a zero-weighted loss."""
+    loss = _Quadratic()
+    opt_a = torch.optim.Adam([loss.a], lr=0.1)
+    opt_b = torch.optim.Adam([loss.b], lr=0.1)
+    groups = [
+        LossGroup("a", loss, opt_a, epochs=1, terms=("loss_a",)),
+        LossGroup("b", loss, opt_b, epochs=4, terms=("loss_b",)),
+    ]
+    steps = {"a": 0, "b": 0}
+    for name, opt in (("a", opt_a), ("b", opt_b)):
+        opt.register_step_post_hook(lambda *_, n=name: steps.__setitem__(n, steps[n] + 1))
+    snapshots = []
+
+    def minibatches(data, generator):
+        snapshots.append(loss.a.detach().clone())
+        return (data[:4], data[4:])
+
+    update_loop(groups, _data(), _ctx(), minibatches=minibatches)
+    assert steps == {"a": 2, "b": 8}  # 1 epoch x 2 minibatches, 4 epochs x 2 minibatches
+    for later in snapshots[2:]:  # epochs 2-4: a is idle
+        assert torch.equal(later, snapshots[1]) or torch.equal(later, loss.a.detach())
+    assert torch.equal(snapshots[-1], loss.a.detach())
+
+
+def test_gradient_accumulation_equals_one_backward_of_the_whole_minibatch():
+    torch.manual_seed(0)
+    net = nn.Linear(4, 1)
+    ref = nn.Linear(4, 1)
+    ref.load_state_dict(net.state_dict())
+
+    class _Reg(nn.Module):
+        in_keys = ["x", "y"]
+
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, td):
+            err = self.model(td.get("x")).squeeze(-1) - td.get("y")
+            return TensorDict({"loss_mse": err.square().mean()}, batch_size=[])
+
+    data = TensorDict({"x": torch.randn(10, 4), "y": torch.randn(10)}, [10])
+    update_loop([LossGroup("m", _Reg(net), _sgd(net.parameters()))], data, _ctx(), grad_accum=3)
+    err = ref(data.get("x")).squeeze(-1) - data.get("y")
+    err.square().mean().backward()
+    with torch.no_grad():
+        for p in ref.parameters():
+            p -= 0.1 * p.grad
+    for p, q in zip(net.parameters(), ref.parameters()):
+        torch.testing.assert_close(p, q)
+
+
+def test_a_declared_key_missing_from_the_batch_is_named():
+    loss = _Quadratic()
+    loss.in_keys = ["x", "advantage"]
+    with pytest.raises(MissingKeyError, match="advantage.*_Quadratic|_Quadratic.*advantage"):
+        update_loop([LossGroup("all", loss, _sgd(loss.parameters()))], _data(), _ctx())
+
+
+def test_a_key_read_without_declaring_it_is_a_missing_key_error_naming_it():
+    """The batch is pre-selected to the declared keys; an undeclared read used to get None."""
+    loss = _Quadratic(reads=(("next", "r"),))
+    with pytest.raises(MissingKeyError, match=r"\('next', 'r'\)|next.*r.*not among"):
+        update_loop([LossGroup("all", loss, _sgd(loss.parameters()))], _data(), _ctx())
+    loss.in_keys = ["x", ("next", "r")]  # declared: fine
+    update_loop([LossGroup("all", loss, _sgd(loss.parameters()))], _data(), _ctx())
+
+
+def _actor_critic():
+    from rlkit.modules import categorical_actor, value_critic
+
+    return categorical_actor(4, 2, hidden=(8,)), value_critic(4, hidden=(8,))
+
+
+@pytest.mark.parametrize("name", ["clip_epsilon", "kl_cof"])
+def test_a_schedule_that_nothing_reads_raises(name):
+    actor, critic = _actor_critic()
+    with pytest.raises(ValueError, match=name):
+        check_schedules(A2CLoss(actor, critic), {name: (0.2, 0.0)})
+    check_schedules(PPOLoss(actor, critic), {"clip_epsilon": (0.2, 0.0)})  # a real one
+
+
+def test_a_learner_refuses_an_unknown_schedule_name():
+    from rlkit.training.onpolicy import OnPolicyConfig, PolicyGradientLearner
+    from rlkit.value import GAE
+
+    actor, critic = _actor_critic()
+    with pytest.raises(ValueError, match="kl_cof"):
+        PolicyGradientLearner(
+            algo="a2c",
+            actor=actor,
+            critic=critic,
+            estimator=GAE(gamma=0.99, lmbda=0.95, value_network=critic),
+            loss=A2CLoss(actor, critic),
+            cfg=OnPolicyConfig(),
+            loss_schedules={"kl_cof": (0.1, 0.0)},
+        )
+
+
+_CONFIGS = {"a2c": "A2CConfig", "impala": "IMPALAConfig"}
+
+
+def _parse(algo: str, argv: list[str]):
+    from rlkit.training import parse_config
+    from tests.test_engine import load_recipe
+
+    recipe = load_recipe(algo)
+    return recipe, parse_config(getattr(recipe, _CONFIGS[algo]), argv, presets=recipe.PRESETS)
+
+
+def _recipe_learner(algo: str, argv: list[str]):
+    from rlkit.envs import make_env
+
+    recipe, cfg = _parse(algo, argv)
+    env = make_env(cfg.env, num_envs=cfg.num_envs, seed=0)
+    return cfg, env, recipe.build(cfg, env)
+
+
+@pytest.mark.parametrize("num_envs", [8, 16, 3])
+def test_a2c_makes_exactly_one_gradient_step_per_batch_at_any_env_count(num_envs):
+    """A2C's minibatch was 40 = 8 x 5 samples: 16 envs made two shuffled steps per batch."""
+    from rlkit.data.collector import make_collector
+
+    cfg, env, learner = _recipe_learner("a2c", ["--num-envs", str(num_envs)])
+    steps = []
+    learner.optimizer.register_step_post_hook(lambda *_: steps.append(1))
+    collector = make_collector(env, learner.collect_policy(), frames_per_batch=cfg.batch_size)
+    batch = next(iter(collector))
+    learner.update(batch, _ctx())
+    assert len(steps) == 1
+    collector.shutdown()
+
+
+def test_impala_refuses_the_kl_learning_rate_schedule_before_training():
+    with pytest.raises((ValueError, SystemExit)):
+        _parse("impala", ["--lr-schedule", "kl"])
+
+
+def test_the_kl_schedule_needs_a_loss_that_reports_approx_kl():
+    from rlkit.data.collector import make_collector
+
+    cfg, env, learner = _recipe_learner("a2c", ["--lr-schedule", "kl"])
+    collector = make_collector(env, learner.collect_policy(), frames_per_batch=cfg.batch_size)
+    with pytest.raises(LossContractError, match="approx_kl"):
+        learner.update(next(iter(collector)), _ctx())
+    collector.shutdown()
+
+
+def test_importing_rlkit_leaves_tensordict_and_the_warning_filters_alone():
+    """rlkit patched tensordict.base.importlib and installed warning filters on import."""
+    code = (
+        "import warnings, importlib\n"
+        "import torch, tensordict, tensordict.base, torchrl, lightning, gymnasium\n"
+        "import torchrl.collectors, torchrl.envs, torchrl.objectives, torchrl.data\n"
+        "before = list(warnings.filters)\n"
+        "import rlkit, rlkit.training, rlkit.objectives, rlkit.modules, rlkit.value\n"
+        "import rlkit.envs, rlkit.data.collector\n"
+        "import tensordict.base as b\n"
+        "assert b.importlib is importlib, 'tensordict.base.importlib was replaced'\n"
+        "added = [f for f in warnings.filters if f not in before]\n"
+        "assert not added, added\n"
+        "print('untouched')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "untouched" in out.stdout
+
+
+def test_a_run_restores_tensordict_after_patching_it_for_speed():
+    import importlib
+
+    import tensordict.base as b
+
+    from rlkit import _speedups
+
+    with _speedups.patched():
+        assert b.importlib is not importlib
+    assert b.importlib is importlib
+
+
+def test_a_learner_names_an_undeclared_key_a_custom_loss_reads():
+    """A PPOLoss subclass reading ('next', 'reward') died with AttributeError on None."""
+    from rlkit.data.collector import make_collector
+    from rlkit.training.onpolicy import ClipConfig, PolicyGradientLearner, build_actor_critic
+    from rlkit.value import GAE
+
+    class _RewardPPO(PPOLoss):
+        def _policy_terms(self, log_prob, advantage, tensordict):
+            out = super()._policy_terms(log_prob, advantage, tensordict)
+            reward = tensordict.get(("next", "reward"))
+            out["reward_seen"] = reward.float().mean()
+            return out
+
+    from rlkit.envs import make_env
+
+    cfg = ClipConfig(num_envs=2, rollout_steps=8, minibatch_size=16, epochs=1)
+    env = make_env("CartPole-v1", num_envs=2, seed=0)
+    actor, critic, _ = build_actor_critic(cfg, env)
+    learner = PolicyGradientLearner(
+        algo="ppo",
+        actor=actor,
+        critic=critic,
+        estimator=GAE(gamma=0.99, lmbda=0.95, value_network=critic),
+        loss=_RewardPPO(actor, critic),
+        cfg=cfg,
+    )
+    collector = make_collector(env, actor, frames_per_batch=16)
+    with pytest.raises(MissingKeyError, match=r"_RewardPPO reads \('next', 'reward'\)"):
+        learner.update(next(iter(collector)), _ctx())
+    collector.shutdown()
