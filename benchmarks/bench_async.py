@@ -25,7 +25,6 @@ Other flags go to the APPO recipe's config (e.g. ``--epochs 4``); the report rec
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import statistics
 import sys
@@ -62,13 +61,9 @@ class _OneProcess:
 
 
 def _recipe():
-    if "recipe_appo" not in sys.modules:
-        path = REPO_ROOT / "recipes" / "appo.py"
-        spec = importlib.util.spec_from_file_location("recipe_appo", path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # dataclasses look their module up
-        spec.loader.exec_module(module)
-    return sys.modules["recipe_appo"]
+    from rlkit.algorithms import appo
+
+    return appo
 
 
 def measure(mode: str, args: argparse.Namespace, seed: int) -> dict:

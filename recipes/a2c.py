@@ -1,80 +1,12 @@
 """A2C: synchronous advantage actor-critic (Mnih et al. 2016), as in Stable-Baselines3.
 
-    python recipes/a2c.py                            # CartPole-v1, built-in defaults
-    python recipes/a2c.py --env Pendulum-v1          # continuous actions
-    python recipes/a2c.py --help                     # every flag
-
-Algorithm box:
-    1. config      A2CConfig (defaults, per-env preset, --config YAML, flags)
-    2. networks    actor pi(a|s), critic V(s) (+ running observation normalisation)
-    3. estimator   GAE(gamma, lambda); lambda = 1 gives the n-step return of the paper
-    4. loss        -log pi(a|s) A + value regression + entropy bonus
-    5. learner     one gradient step per batch (RMSprop, as the paper and SB3)
-    6. fit         the engine: collect, update, evaluate, checkpoint
+Run ``python recipes/a2c.py --help`` for every flag. The config, presets, networks and
+learner live in :mod:`rlkit.algorithms.a2c`, importable from any directory; this script
+only runs them.
 """
 
-from __future__ import annotations
-
-from dataclasses import dataclass, field
-
-from rlkit.objectives import A2CLoss
-from rlkit.training import OnPolicyConfig, PolicyGradientLearner, cli, parse_config, run
-from rlkit.training.onpolicy import build_actor_critic
-from rlkit.value import GAE
-
-
-# 1. config ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class A2CConfig(OnPolicyConfig):
-    """Train A2C. Defaults follow Stable-Baselines3's A2C (8 envs x 5 steps, RMSprop)."""
-
-    total_frames: int = field(default=500_000, metadata={"help": "frames to train for"})
-    rollout_steps: int = 5
-    epochs: int = 1
-    minibatch_size: int | None = field(
-        default=None,
-        metadata={
-            "help": "samples per gradient step (none: the whole batch, A2C's one step per "
-            "batch at any --num-envs)"
-        },
-    )
-    lr: float = field(default=7e-4, metadata={"help": "learning rate"})
-    optimizer: str = "rmsprop"
-    gamma: float = 0.99
-    gae_lambda: float = field(default=1.0, metadata={"help": "GAE lambda (1: n-step return)"})
-    normalize_advantage: bool = False
-
-
-PRESETS: dict[str, dict] = {}
-
-
-# 2-5. networks, estimator, loss, learner ----------------------------------------------------
-def build(cfg: A2CConfig, env) -> PolicyGradientLearner:
-    actor, critic, obs_norm = build_actor_critic(cfg, env)
-    estimator = GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic)
-    loss = A2CLoss(
-        actor,
-        critic,
-        entropy_coef=cfg.entropy_coef,
-        value_coef=cfg.value_coef,
-        normalize_advantage=cfg.normalize_advantage,
-    )
-    return PolicyGradientLearner(
-        algo="a2c",
-        actor=actor,
-        critic=critic,
-        estimator=estimator,
-        loss=loss,
-        cfg=cfg,
-        obs_norm=obs_norm,
-    )
-
-
-# 6. fit -------------------------------------------------------------------------------------
-def main(argv: list[str] | None = None) -> dict:
-    cfg = parse_config(A2CConfig, argv, presets=PRESETS, description=__doc__)
-    return run(cfg, build, algo="a2c")
-
+from rlkit.algorithms.a2c import main
+from rlkit.training import cli
 
 if __name__ == "__main__":
     cli(main)

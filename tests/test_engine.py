@@ -19,6 +19,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def load_recipe(name: str):
+    """An algorithm's module (config, presets, build, main) as research code imports it."""
+    if importlib.util.find_spec(f"rlkit.algorithms.{name}") is not None:
+        return importlib.import_module(f"rlkit.algorithms.{name}")
     spec = importlib.util.spec_from_file_location(f"recipe_{name}", ROOT / "recipes" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
