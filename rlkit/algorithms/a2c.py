@@ -74,4 +74,3 @@ def build(cfg: A2CConfig, env) -> PolicyGradientLearner:
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_config(A2CConfig, argv, presets=PRESETS, description=__doc__)
     return run(cfg, build, algo="a2c")
-

@@ -115,4 +115,3 @@ def main(argv: list[str] | None = None) -> dict:
     cfg = parse_config(APPOConfig, argv, presets=PRESETS, description=__doc__)
     collector = worker_collector_factory(num_workers=cfg.workers, sync=cfg.sync_collect)
     return run(cfg, build, algo="appo", make_collector=collector)
-

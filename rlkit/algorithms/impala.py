@@ -91,4 +91,3 @@ def main(argv: list[str] | None = None) -> dict:
     cfg = parse_config(IMPALAConfig, argv, presets=PRESETS, description=__doc__)
     collector = worker_collector_factory(num_workers=cfg.workers, sync=cfg.sync_collect)
     return run(cfg, build, algo="impala", make_collector=collector)
-

@@ -127,4 +127,3 @@ def build(cfg: PPOConfig, env) -> PolicyGradientLearner:
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_config(PPOConfig, argv, presets=PRESETS, description=__doc__)
     return run(cfg, build, algo="ppo")
-

@@ -139,4 +139,3 @@ def build(cfg: SVPGConfig, env) -> SVPGLearner:
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_config(SVPGConfig, argv, presets=PRESETS, description=__doc__)
     return run(cfg, build, algo="svpg")
-
