@@ -17,7 +17,7 @@ from rlkit.envs import make_env
 from rlkit.modules import make_actor, make_value
 from rlkit.objectives import IMPALALoss
 from rlkit.training import checkpoint as ckpt
-from rlkit.training.async_collect import POLICY_LAG, POLICY_VERSION, WorkerCollector
+from rlkit.data.async_collect import POLICY_LAG, POLICY_VERSION, WorkerCollector
 from tests.test_engine import QUIET, ROOT, load_recipe
 
 TINY = ["--num-envs", "4", "--rollout-steps", "16", "--minibatch-size", "32", "--epochs", "2"]
@@ -209,7 +209,7 @@ def test_appo_ddp_keeps_parameters_identical(tmp_path):
 _ORPHAN_SCRIPT = """
 import sys, time
 from tests.test_impala_appo import nets
-from rlkit.training.async_collect import WorkerCollector
+from rlkit.data.async_collect import WorkerCollector
 
 if __name__ == "__main__":
     actor, _ = nets()

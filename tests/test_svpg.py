@@ -16,10 +16,10 @@ from rlkit import keys
 from rlkit.objectives.a2c import A2CLoss
 from rlkit.objectives.svpg import median_bandwidth, rbf_kernel, stein_update
 from rlkit.training.engine import Context, Counters
-from rlkit.training.svpg import (
+from rlkit.algorithms.svpg import SVPGLearner
+from rlkit.modules.particles import (
     ParticlePolicy,
     StackedNetworks,
-    SVPGLearner,
     particle_ensemble,
     particle_index,
 )

@@ -21,14 +21,66 @@ Algorithm box:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from tensordict import TensorDictBase
+from torch import nn
+
+from rlkit.algorithms.impala import VTraceConfig, lag_metrics
+from rlkit.data.async_collect import worker_collector_factory
 from rlkit.objectives import APPOLoss
 from rlkit.training import parse_config, run
-from rlkit.training.async_collect import worker_collector_factory
-from rlkit.training.onpolicy import build_actor_critic
-from rlkit.training.vtrace_learner import APPOLearner, VTraceConfig
+from rlkit.training.engine import Context
+from rlkit.training.onpolicy import OnPolicyConfig, PolicyGradientLearner, build_actor_critic
 from rlkit.value import VTrace
+
+
+# 0. the learner -----------------------------------------------------------------------------
+class APPOLearner(PolicyGradientLearner):
+    """APPO's update (see the module docstring). ``loss`` is an
+    :class:`~rlkit.objectives.APPOLoss`; ``estimator`` a ``rlkit.value.VTrace`` whose
+    ``target_actor`` is ``loss.target_actor.module``. ``modules()`` adds the target network
+    (parameters and step count) so checkpoints and resumes keep it."""
+
+    def __init__(
+        self,
+        *,
+        algo: str = "appo",
+        actor: nn.Module,
+        critic: nn.Module,
+        estimator: nn.Module,
+        loss: nn.Module,
+        cfg: OnPolicyConfig,
+        obs_norm: nn.Module | None = None,
+        loss_schedules: Mapping[str, tuple[float, float]] | None = None,
+    ) -> None:
+        if getattr(estimator, "target_actor", None) is not loss.target_actor.module:
+            raise ValueError(
+                "APPOLearner: the V-trace estimator must score rho with the loss's target "
+                "network: build it with VTrace(..., target_actor=loss.target_actor.module)"
+            )
+        super().__init__(
+            algo=algo,
+            actor=actor,
+            critic=critic,
+            estimator=estimator,
+            loss=loss,
+            cfg=cfg,
+            obs_norm=obs_norm,
+            loss_schedules=loss_schedules,
+        )
+
+    def modules(self) -> dict[str, nn.Module]:
+        return super().modules() | {"target_actor": self.loss.target_actor}
+
+    def update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
+        self.loss.record_target_log_prob(batch)
+        metrics = super().update(batch, ctx)  # V-trace, epochs x minibatches, KL lr, obs norm
+        self.loss.step_target()
+        if self.obs_norm is not None:
+            self.loss.sync_target_buffers()
+        return metrics | lag_metrics(batch)
 
 
 # 1. config ----------------------------------------------------------------------------------

@@ -22,11 +22,110 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
+from tensordict import TensorDictBase
+
+from rlkit.data.async_collect import POLICY_LAG, worker_collector_factory
 from rlkit.objectives import IMPALALoss
 from rlkit.training import parse_config, run
-from rlkit.training.async_collect import worker_collector_factory
-from rlkit.training.onpolicy import build_actor_critic
-from rlkit.training.vtrace_learner import IMPALA_NO_KL, IMPALALearner, VTraceConfig
+from rlkit.training.engine import Context
+from rlkit.training.onpolicy import OnPolicyConfig, PolicyGradientLearner, build_actor_critic
+from rlkit.training.update import update_loop
+
+# 0. shared by the V-trace recipes (IMPALA, APPO) and IMPALA's learner --------------------
+IMPALA_NO_KL = (
+    "--lr-schedule kl adapts the learning rate to the policy's KL between updates, which "
+    "IMPALA's loss does not measure: use --lr-schedule constant or linear (APPO, which tracks "
+    "the KL to its target network, supports kl)"
+)
+
+
+@dataclass(frozen=True)
+class VTraceConfig(OnPolicyConfig):
+    """Flags shared by the V-trace recipes (IMPALA, APPO): V-trace and collection."""
+
+    vtrace_lambda: float = field(default=1.0, metadata={"help": "V-trace lambda in [0, 1]"})
+    rho_clip: float = field(default=1.0, metadata={"help": "V-trace rho-bar (> 0)"})
+    c_clip: float = field(default=1.0, metadata={"help": "V-trace c-bar (> 0)"})
+    pg_rho_clip: float = field(
+        default=1.0, metadata={"help": "V-trace rho-bar of the policy-gradient advantage (> 0)"}
+    )
+    workers: int = field(
+        default=1, metadata={"help": "collector worker processes per rank (divide --num-envs)"}
+    )
+    sync_collect: bool = field(
+        default=False,
+        metadata={"help": "synchronous collection (no acting/learning overlap, zero lag)"},
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        from rlkit.objectives.impala import check_vtrace_args
+
+        if self.normalize_reward:
+            raise ValueError(
+                "--normalize-reward is not supported by the worker-collector recipes (IMPALA, "
+                "APPO): each worker builds its own envs, so the reward statistics would not be "
+                "shared or checkpointed; drop the flag (--normalize-obs is supported)"
+            )
+
+        check_vtrace_args(
+            "config",
+            lmbda=self.vtrace_lambda,
+            rho_clip=self.rho_clip,
+            c_clip=self.c_clip,
+            pg_rho_clip=self.pg_rho_clip,
+        )
+        if self.workers < 1 or self.num_envs % self.workers:
+            raise ValueError(
+                f"--workers must be >= 1 and divide --num-envs ({self.num_envs}), got "
+                f"{self.workers}"
+            )
+
+
+def lag_metrics(batch: TensorDictBase) -> dict[str, float]:
+    lag = batch.get(POLICY_LAG, None)
+    if lag is None:
+        return {}
+    return {"policy_lag": float(lag.float().mean()), "policy_lag_max": float(lag.max())}
+
+
+class IMPALALearner(PolicyGradientLearner):
+    """IMPALA's update: the V-trace loss on env-row minibatches of the ``[N, T]`` batch.
+
+    ``cfg.minibatch_size`` counts frames; a minibatch holds
+    ``max(1, minibatch_size // T)`` whole trajectories. Arguments as
+    :class:`~rlkit.training.onpolicy.PolicyGradientLearner` (no estimator: the loss
+    computes V-trace itself).
+    """
+
+    def __init__(self, *, algo: str = "impala", actor, critic, loss, cfg, obs_norm=None):
+        if cfg.lr_schedule == "kl":
+            raise ValueError(IMPALA_NO_KL)
+        super().__init__(
+            algo=algo,
+            actor=actor,
+            critic=critic,
+            estimator=None,
+            loss=loss,
+            cfg=cfg,
+            obs_norm=obs_norm,
+        )
+
+    def _minibatches(self, data: TensorDictBase, generator: torch.Generator):
+        """Minibatches of whole env rows of the ``[N, T]`` batch (V-trace runs along T)."""
+        n, steps = data.batch_size
+        rows = max(1, min(n, self.cfg.minibatch // steps))
+        if rows >= n:
+            return (data,)
+        order = torch.randperm(n, generator=generator)
+        return (data[order[start : start + rows]] for start in range(0, n, rows))
+
+    def update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
+        sched = self.apply_schedules(ctx.progress)
+        result = update_loop(self.loss_groups(), batch, ctx, minibatches=self._minibatches)
+        self.after_update(batch, result, ctx)
+        return result | sched | lag_metrics(batch)
 
 
 # 1. config ----------------------------------------------------------------------------------

@@ -20,13 +20,29 @@ Algorithm box:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
+import torch
+from tensordict import TensorDictBase
+from torch import Tensor, nn
+
+from rlkit import keys
+from rlkit.modules.particles import (
+    ParticlePolicy,
+    build_particles,
+    particle_index,
+    stacked_networks,
+)
 from rlkit.objectives.a2c import A2CLoss
-from rlkit.training import TrainConfig, parse_config, run
+from rlkit.objectives.functional import standardize
+from rlkit.objectives.svpg import median_bandwidth, rbf_kernel, stein_update
+from rlkit.training import TrainConfig, parse_config, run, schedules
 from rlkit.training.config import in_unit_interval, non_negative, positive
+from rlkit.training.engine import Context, Learner
 from rlkit.training.onpolicy import make_optimizer
-from rlkit.training.svpg import SVPGLearner, build_particles
+from rlkit.training.update import LossGroup, MeanMetrics, update_loop
 from rlkit.value import GAE
 
 
@@ -106,6 +122,210 @@ class SVPGConfig(TrainConfig):
     def batch_size(self) -> int:
         """Samples per collected batch on one rank (all particles)."""
         return self.num_envs * self.rollout_steps
+
+
+# the learner -------------------------------------------------------------------------------
+class SVPGLearner(Learner):
+    r"""Stein variational policy gradient over ``P`` actor-critic particles.
+
+    Per batch ``[N, T]`` (``N`` envs of this rank, env ``e`` acting with particle
+    ``e // (N / P)``):
+
+    1. the estimator (e.g. GAE) writes ``advantage`` / ``value_target`` with each env's own
+       particle's critic; with ``normalize_advantage`` they are standardised per particle;
+    2. the loss (e.g. ``A2CLoss``) averages over all ``N T`` samples, i.e.
+       :math:`\frac1P\sum_p L_p`; it is multiplied by ``P`` so particle ``p``'s parameters
+       receive exactly :math:`\nabla L_p`, the gradient an A2C learner on its envs computes;
+    3. ``Context.optimize`` back-propagates and all-reduces across ranks, then the
+       transform: each particle's gradient (actor and critic together) is clipped to
+       ``max_grad_norm``, and the actors' gradients :math:`g_p = -\nabla J(\theta_p)` are
+       replaced by :math:`-\phi_p`, :math:`\phi = ` :func:`~rlkit.objectives.svpg.stein_update`
+       (``theta`` the actors' flattened parameters, ``grads = -g``); the critics keep their
+       clipped A2C gradients;
+    4. the optimiser steps (elementwise optimisers such as RMSprop or Adam on stacked
+       parameters are exactly ``P`` independent optimisers).
+
+    Args:
+        actor: actor ensemble from :func:`particle_ensemble` (or :func:`build_particles`).
+        critic: critic ensemble with the same number of particles.
+        estimator: writes ``keys.ADVANTAGE`` and ``keys.VALUE_TARGET`` (``rlkit.value.GAE``
+            built with ``value_network=critic``).
+        loss: returns ``loss_*`` terms, built on ``actor`` and ``critic`` with
+            ``normalize_advantage=False`` (use this learner's flag, which is per particle).
+        optimizer: over ``actor`` and ``critic`` parameters.
+        frames_per_batch: ``N T`` per rank.
+        temperature: SVPG's :math:`\alpha > 0`.
+        bandwidth: fixed kernel width ``h``; ``None`` (default): the median heuristic.
+        max_grad_norm: per-particle gradient clipping before the Stein mixing (0 or None:
+            off).
+        epochs: full-batch gradient steps per batch (A2C: 1).
+        normalize_advantage: standardise the advantage within each particle's samples.
+        lr_schedule: ``(start, end)`` learning rate annealed linearly over the frame budget;
+            ``None``: constant.
+    """
+
+    algo = "svpg"
+
+    def __init__(
+        self,
+        *,
+        actor: nn.Module,
+        critic: nn.Module,
+        estimator: nn.Module,
+        loss: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        frames_per_batch: int,
+        temperature: float,
+        bandwidth: float | None = None,
+        max_grad_norm: float | None = 0.5,
+        epochs: int = 1,
+        normalize_advantage: bool = False,
+        lr_schedule: tuple[float, float] | None = None,
+    ) -> None:
+        self.actor_nets, self.critic_nets = stacked_networks(actor), stacked_networks(critic)
+        self.num_particles = self.actor_nets.num_particles
+        if self.critic_nets.num_particles != self.num_particles:
+            raise ValueError(
+                f"the actor has {self.num_particles} particles but the critic has "
+                f"{self.critic_nets.num_particles}: build both with the same count"
+            )
+        if not (isinstance(temperature, int | float) and temperature > 0):
+            raise ValueError(
+                f"temperature must be > 0, got {temperature!r} (--temperature; the SVPG "
+                "paper searches 0.001 to 10)"
+            )
+        if bandwidth is not None and not bandwidth > 0:
+            raise ValueError(f"bandwidth must be > 0 or None (median heuristic), got {bandwidth}")
+        if epochs < 1:
+            raise ValueError(f"epochs must be >= 1, got {epochs}")
+        self.actor, self.critic, self.estimator, self.loss = actor, critic, estimator, loss
+        self.optimizer, self._frames_per_batch = optimizer, frames_per_batch
+        self.temperature, self.bandwidth = float(temperature), bandwidth
+        self.max_grad_norm, self.epochs = max_grad_norm, epochs
+        self.normalize_advantage, self.lr_schedule = normalize_advantage, lr_schedule
+        self.policy = ParticlePolicy(actor)
+        self.nets = nn.ModuleDict({"actor": actor, "critic": critic})
+        self.last_transform: dict[str, Tensor] = {}
+        self._pending: list[dict[str, Tensor]] = []
+
+    # ---------------------------------------------------------------- Learner interface
+    def modules(self) -> dict[str, nn.Module]:
+        return dict(self.nets.items())
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"optimizer": self.optimizer}
+
+    @property
+    def frames_per_batch(self) -> int:
+        return self._frames_per_batch
+
+    def collect_policy(self) -> nn.Module:
+        return self.policy
+
+    def eval_policy(self) -> nn.Module:
+        """All particles: evaluation episode ``e`` of ``E`` runs particle ``e // (E / P)``,
+        so with ``P`` dividing ``E`` the mean return is the mean over particles."""
+        return self.policy
+
+    # ---------------------------------------------------------------- the Stein transform
+    def clip_per_particle(self) -> Tensor:
+        """Scale each particle's gradient (actor and critic together) to norm at most
+        ``max_grad_norm``; returns the norms before clipping, ``[P]``."""
+        params = [*self.actor_nets.stacked, *self.critic_nets.stacked]
+        grads = [t.grad for t in params if t.grad is not None]
+        p = self.num_particles
+        sq = sum(g.reshape(p, -1).square().sum(dim=1) for g in grads)
+        norms = sq.sqrt() if grads else torch.zeros(p)
+        if self.max_grad_norm:
+            scale = (self.max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
+            for g in grads:
+                g.mul_(scale.view(p, *([1] * (g.dim() - 1))))
+        return norms
+
+    def transform_grads(self) -> None:
+        """Per-particle clipping, then the actors' ``.grad = -phi`` (see the class doc)."""
+        norms = self.clip_per_particle()
+        theta = self.actor_nets.flat_parameters()
+        policy_grads = -self.actor_nets.flat_grads()  # ascent direction
+        h = median_bandwidth(theta) if self.bandwidth is None else self.bandwidth
+        phi = stein_update(theta, policy_grads, temperature=self.temperature, bandwidth=h)
+        self.actor_nets.set_flat_grads(-phi)
+        kernel, repulsion = rbf_kernel(theta, bandwidth=h)
+        p = self.num_particles
+        off = (kernel.sum() - p) / max(p * (p - 1), 1)
+        self.last_transform = {
+            "grad_norm": norms.mean(),
+            "kernel_bandwidth": torch.as_tensor(h, dtype=torch.float32),
+            "kernel_offdiag_mean": off,
+            "drive_norm": (kernel @ policy_grads / self.temperature / p).norm(dim=1).mean(),
+            "repulsion_norm": (repulsion / p).norm(dim=1).mean(),
+        }
+
+    # ---------------------------------------------------------------- the update
+    def _check_layout(self, batch: TensorDictBase) -> None:
+        acted = batch.get(keys.PARTICLE, None)
+        if acted is None:
+            raise KeyError(
+                f"the batch has no {keys.describe(keys.PARTICLE)}: collect it with "
+                "learner.collect_policy() (ParticlePolicy writes which particle acted)"
+            )
+        expected = particle_index(batch.shape[0], self.num_particles, device=acted.device)
+        if not torch.equal(acted[:, 0], expected):
+            raise ValueError(
+                f"{keys.describe(keys.PARTICLE)} does not match the routing env e -> "
+                f"particle e // (N / P) for N = {batch.shape[0]}, P = {self.num_particles}"
+            )
+
+    def _standardize_per_particle(self, batch: TensorDictBase) -> None:
+        adv = batch.get(keys.ADVANTAGE)
+        blocks = adv.reshape(self.num_particles, -1)
+        out = torch.stack([standardize(b) for b in blocks]).reshape(adv.shape)
+        batch.set(keys.ADVANTAGE, out)
+
+    def update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
+        lr = self.optimizer.param_groups[0]["lr"]
+        if self.lr_schedule is not None:
+            lr = schedules.linear(*self.lr_schedule, ctx.progress)
+            schedules.set_lr(self.optimizer, lr)
+        self._check_layout(batch)
+        with torch.no_grad():
+            self.estimator(batch)
+        if self.normalize_advantage:
+            self._standardize_per_particle(batch)
+        self._pending: list[dict[str, Tensor]] = []
+        result = update_loop(self.loss_groups(), batch, ctx)
+        transform = MeanMetrics()
+        for values in self._pending:
+            transform.add(values)
+        return result | transform.result() | {"lr": lr}
+
+    def loss_groups(self) -> list[LossGroup]:
+        """One group: every term of the loss over all particles, scaled by ``P`` so each
+        particle gets its own A2C gradient, then the Stein transform (no global clipping:
+        :meth:`clip_per_particle` clips each particle inside the transform)."""
+        if not hasattr(self, "_groups"):
+            self._groups = [
+                LossGroup(
+                    "particles",
+                    self.loss,
+                    self.optimizer,
+                    epochs=self.epochs,
+                    scale=float(self.num_particles),
+                    transform_grads=self._transform_and_log,
+                    grad_name="step_norm",
+                )
+            ]
+        return self._groups
+
+    def _transform_and_log(self) -> None:
+        self.transform_grads()
+        self._pending.append(dict(self.last_transform))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        del state
 
 
 PRESETS: dict[str, dict] = {}

@@ -214,7 +214,7 @@ class WorkerCollector:
         self.lags: list[float] = []
         ctx = mp.get_context(start_method)
         if start_method == "forkserver":
-            ctx.set_forkserver_preload(["rlkit.training.async_collect", "rlkit.data.collector"])
+            ctx.set_forkserver_preload(["rlkit.data.async_collect", "rlkit.data.collector"])
         local = copy.deepcopy(policy).cpu()
         self._shared = {
             k: v.detach().cpu().clone().share_memory_() for k, v in local.state_dict().items()
