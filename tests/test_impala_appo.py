@@ -12,12 +12,12 @@ import pytest
 import torch
 
 from rlkit import keys
+from rlkit.data.async_collect import POLICY_LAG, POLICY_VERSION, WorkerCollector
 from rlkit.data.collector import make_collector
 from rlkit.envs import make_env
 from rlkit.modules import make_actor, make_value
 from rlkit.objectives import IMPALALoss
 from rlkit.training import checkpoint as ckpt
-from rlkit.data.async_collect import POLICY_LAG, POLICY_VERSION, WorkerCollector
 from tests.test_engine import QUIET, ROOT, load_recipe
 
 TINY = ["--num-envs", "4", "--rollout-steps", "16", "--minibatch-size", "32", "--epochs", "2"]
@@ -68,8 +68,8 @@ def test_sync_mode_equals_the_in_process_collector_and_has_no_lag():
 
 
 def test_async_batches_carry_the_acting_version_and_rho_uses_it():
+    from rlkit.modules import Normalize
     from rlkit.modules.normalization import RunningMeanStd
-    from rlkit.training.onpolicy import Normalize
 
     # an actor with an observation normaliser: its statistics must travel with the weights
     env = make_env("CartPole-v1", num_envs=1, seed=0)

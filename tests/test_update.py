@@ -15,9 +15,9 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
+from rlkit.algorithms.onpolicy import check_schedules
 from rlkit.objectives import A2CLoss, MissingKeyError, PPOLoss
 from rlkit.training.engine import Context, Counters
-from rlkit.training.onpolicy import check_schedules
 from rlkit.training.update import LossContractError, LossGroup, update_loop
 
 
@@ -218,7 +218,7 @@ def test_a_schedule_that_nothing_reads_raises(name):
 
 
 def test_a_learner_refuses_an_unknown_schedule_name():
-    from rlkit.training.onpolicy import OnPolicyConfig, PolicyGradientLearner
+    from rlkit.algorithms.onpolicy import OnPolicyConfig, PolicyGradientLearner
     from rlkit.value import GAE
 
     actor, critic = _actor_critic()
@@ -317,8 +317,8 @@ def test_a_run_restores_tensordict_after_patching_it_for_speed():
 
 def test_a_learner_names_an_undeclared_key_a_custom_loss_reads():
     """A PPOLoss subclass reading ('next', 'reward') died with AttributeError on None."""
+    from rlkit.algorithms.onpolicy import ClipConfig, PolicyGradientLearner, build_actor_critic
     from rlkit.data.collector import make_collector
-    from rlkit.training.onpolicy import ClipConfig, PolicyGradientLearner, build_actor_critic
     from rlkit.value import GAE
 
     class _RewardPPO(PPOLoss):

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rlkit.algorithms.onpolicy import OnPolicyConfig, PolicyGradientLearner, build_actor_critic
 from rlkit.objectives import A2CLoss
-from rlkit.training import OnPolicyConfig, PolicyGradientLearner, parse_config, run
-from rlkit.training.onpolicy import build_actor_critic
+from rlkit.training import parse_config, run
 from rlkit.value import GAE
 
 

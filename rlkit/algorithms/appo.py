@@ -28,11 +28,11 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from rlkit.algorithms.impala import VTraceConfig, lag_metrics
+from rlkit.algorithms.onpolicy import OnPolicyConfig, PolicyGradientLearner, build_actor_critic
 from rlkit.data.async_collect import worker_collector_factory
 from rlkit.objectives import APPOLoss
 from rlkit.training import parse_config, run
 from rlkit.training.engine import Context
-from rlkit.training.onpolicy import OnPolicyConfig, PolicyGradientLearner, build_actor_critic
 from rlkit.value import VTrace
 
 

@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 import torch
 from tensordict import TensorDictBase
 
+from rlkit.algorithms.onpolicy import OnPolicyConfig, PolicyGradientLearner, build_actor_critic
 from rlkit.data.async_collect import POLICY_LAG, worker_collector_factory
 from rlkit.objectives import IMPALALoss
 from rlkit.training import parse_config, run
 from rlkit.training.engine import Context
-from rlkit.training.onpolicy import OnPolicyConfig, PolicyGradientLearner, build_actor_critic
 from rlkit.training.update import update_loop
 
 # 0. shared by the V-trace recipes (IMPALA, APPO) and IMPALA's learner --------------------
@@ -95,7 +95,7 @@ class IMPALALearner(PolicyGradientLearner):
 
     ``cfg.minibatch_size`` counts frames; a minibatch holds
     ``max(1, minibatch_size // T)`` whole trajectories. Arguments as
-    :class:`~rlkit.training.onpolicy.PolicyGradientLearner` (no estimator: the loss
+    :class:`~rlkit.algorithms.onpolicy.PolicyGradientLearner` (no estimator: the loss
     computes V-trace itself).
     """
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rlkit.algorithms.onpolicy import ClipConfig, PolicyGradientLearner, build_actor_critic
 from rlkit.objectives import PPOLoss
-from rlkit.training import PolicyGradientLearner, parse_config, run
-from rlkit.training.onpolicy import ClipConfig, build_actor_critic
+from rlkit.training import parse_config, run
 from rlkit.value import GAE
 
 

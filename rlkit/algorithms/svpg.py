@@ -29,6 +29,7 @@ from tensordict import TensorDictBase
 from torch import Tensor, nn
 
 from rlkit import keys
+from rlkit.algorithms.onpolicy import make_optimizer
 from rlkit.modules.particles import (
     ParticlePolicy,
     build_particles,
@@ -41,7 +42,6 @@ from rlkit.objectives.svpg import median_bandwidth, rbf_kernel, stein_update
 from rlkit.training import TrainConfig, parse_config, run, schedules
 from rlkit.training.config import in_unit_interval, non_negative, positive
 from rlkit.training.engine import Context, Learner
-from rlkit.training.onpolicy import make_optimizer
 from rlkit.training.update import LossGroup, MeanMetrics, update_loop
 from rlkit.value import GAE
 

@@ -4,6 +4,7 @@ See ``docs/modules.md`` for usage examples.
 """
 
 from rlkit.modules.actors import categorical_actor, gaussian_actor, make_actor, shared_actor_critic
+from rlkit.modules.builders import actor_critic_networks
 from rlkit.modules.critics import (
     make_q,
     make_value,
@@ -12,16 +13,18 @@ from rlkit.modules.critics import (
     value_critic,
 )
 from rlkit.modules.networks import ImpalaCNN, NatureCNN, init_orthogonal_, mlp, mlp_body
-from rlkit.modules.normalization import ObservationNorm, RewardNorm, RunningMeanStd
+from rlkit.modules.normalization import Normalize, ObservationNorm, RewardNorm, RunningMeanStd
 from rlkit.modules.target import TargetNetwork
 
 __all__ = [
     "ImpalaCNN",
     "NatureCNN",
+    "Normalize",
     "ObservationNorm",
     "RewardNorm",
     "RunningMeanStd",
     "TargetNetwork",
+    "actor_critic_networks",
     "categorical_actor",
     "gaussian_actor",
     "init_orthogonal_",

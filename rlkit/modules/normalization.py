@@ -243,6 +243,18 @@ class RunningMeanStd(nn.Module):
         return f"shape={tuple(self.shape)}, epsilon={self.epsilon}"
 
 
+class Normalize(nn.Module):
+    """``(x - mean) / std`` clipped to +-``clip``, with statistics from a shared
+    :class:`RunningMeanStd` (updated by the learner, not by this forward)."""
+
+    def __init__(self, stats: nn.Module, *, clip: float = 10.0) -> None:
+        super().__init__()
+        self.stats, self.clip = stats, clip
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.stats.normalize(x, clip=self.clip)
+
+
 def _reset_rows(tensordict: TensorDictBase | None, batch_size: torch.Size) -> Tensor | None:
     """The ``_reset`` mask as ``[*batch]`` booleans, or None for a full reset."""
     mask = None if tensordict is None else tensordict.get(_RESET_KEY, None)

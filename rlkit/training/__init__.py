@@ -1,9 +1,9 @@
-"""The Lightning (Fabric) training layer: configs, the engine, learners, logs, checkpoints."""
+"""The training engine on Lightning Fabric: config parsing, the loop, the one update loop,
+checkpoints, evaluation and logs. Algorithms live in :mod:`rlkit.algorithms`."""
 
 from rlkit.training.checkpoint import CheckpointError
 from rlkit.training.config import TrainConfig, parse_config
 from rlkit.training.engine import Context, Engine, Learner, NonFiniteError, cli, run
-from rlkit.training.onpolicy import OnPolicyConfig, PolicyGradientLearner
 
 __all__ = [
     "CheckpointError",
@@ -11,8 +11,6 @@ __all__ = [
     "Engine",
     "Learner",
     "NonFiniteError",
-    "OnPolicyConfig",
-    "PolicyGradientLearner",
     "TrainConfig",
     "cli",
     "parse_config",

@@ -1,0 +1,307 @@
+"""On-policy learners: a value estimator, then epochs x minibatches of a loss.
+
+PPO, A2C and their relatives share this update; they differ in the loss module and in
+defaults. The algorithm's maths lives in the loss and the estimator; this file only orders
+the steps, applies schedules and averages diagnostics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+from torch import nn
+
+from rlkit import keys
+from rlkit.data.minibatch import minibatch_indices
+from rlkit.modules.builders import actor_critic_networks
+from rlkit.training import schedules
+from rlkit.training.config import TrainConfig, in_unit_interval, non_negative, positive
+from rlkit.training.engine import Context, Learner
+from rlkit.training.update import LossContractError, LossGroup, MeanMetrics, update_loop
+
+
+def _help(text: str, **kw: Any) -> dict[str, Any]:
+    return {"help": text, **kw}
+
+
+@dataclass(frozen=True)
+class OnPolicyConfig(TrainConfig):
+    """Flags shared by on-policy recipes (PPO, A2C and relatives)."""
+
+    rollout_steps: int = field(default=32, metadata=_help("steps per env per batch"))
+    epochs: int = field(default=10, metadata=_help("passes over each batch"))
+    minibatch_size: int | None = field(
+        default=256, metadata=_help("samples per gradient step (none: the whole batch)")
+    )
+    lr: float = field(default=3e-4, metadata=_help("learning rate (initial, when scheduled)"))
+    lr_schedule: str = field(
+        default="constant",
+        metadata=_help(
+            "constant, linear (to --lr-final) or kl (adaptive from --kl-target)",
+            choices=("constant", "linear", "kl"),
+        ),
+    )
+    lr_final: float = field(
+        default=0.0, metadata=_help("final learning rate of --lr-schedule linear")
+    )
+    kl_target: float = field(default=0.01, metadata=_help("KL target of --lr-schedule kl"))
+    optimizer: str = field(
+        default="adam", metadata=_help("adam or rmsprop", choices=("adam", "rmsprop"))
+    )
+    adam_eps: float = field(default=1e-5, metadata=_help("optimizer epsilon"))
+    gamma: float = field(default=0.99, metadata=_help("discount factor"))
+    gae_lambda: float = field(default=0.95, metadata=_help("GAE lambda"))
+    entropy_coef: float = field(default=0.0, metadata=_help("entropy bonus coefficient"))
+    entropy_coef_final: float | None = field(
+        default=None, metadata=_help("final entropy coefficient (linear schedule); none: constant")
+    )
+    value_coef: float = field(default=0.5, metadata=_help("value loss coefficient"))
+    max_grad_norm: float = field(default=0.5, metadata=_help("gradient clipping norm (0: off)"))
+    normalize_advantage: bool = field(
+        default=True, metadata=_help("standardise advantages per minibatch")
+    )
+    normalize_obs: bool = field(default=False, metadata=_help("running observation normalisation"))
+    normalize_reward: bool = field(
+        default=False,
+        metadata=_help(
+            "scale training rewards by the running std of the discounted return (SB3 "
+            "VecNormalize's norm_reward); logged returns and evaluation stay in env units"
+        ),
+    )
+    hidden: tuple[int, ...] = field(
+        default=(64, 64), metadata=_help("hidden layer sizes, e.g. '64 64'")
+    )
+    activation: str = field(
+        default="tanh", metadata=_help("tanh or relu", choices=("tanh", "relu"))
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        positive(self, "rollout_steps", "epochs", "minibatch_size", "lr", "adam_eps")
+        non_negative(self, "lr_final", "entropy_coef", "value_coef", "max_grad_norm")
+        in_unit_interval(self, "gamma", "gae_lambda")
+        if self.minibatch_size is not None and self.minibatch_size > self.batch_size:
+            raise ValueError(
+                f"--minibatch-size {self.minibatch_size} is larger than the batch "
+                f"(--num-envs {self.num_envs} x --rollout-steps {self.rollout_steps} = "
+                f"{self.batch_size}): lower it or collect more per batch"
+            )
+        if self.lr_schedule == "kl" and self.kl_target <= 0:
+            raise ValueError(f"--kl-target must be > 0, got {self.kl_target}")
+        if not self.hidden or any(h <= 0 for h in self.hidden):
+            raise ValueError(f"--hidden needs positive layer sizes, got {self.hidden}")
+
+    def env_options(self) -> dict[str, Any]:
+        if not self.normalize_reward:
+            return {}
+        return {"normalize_reward": True, "gamma": self.gamma}
+
+    @property
+    def batch_size(self) -> int:
+        """Samples per collected batch on one rank."""
+        return self.num_envs * self.rollout_steps
+
+    @property
+    def minibatch(self) -> int:
+        """Samples per gradient step: ``minibatch_size``, or the whole batch when none."""
+        return self.batch_size if self.minibatch_size is None else self.minibatch_size
+
+
+@dataclass(frozen=True)
+class ClipConfig(OnPolicyConfig):
+    """Flags of the clipped-surrogate family (PPO, PPG): ratio and value clip ranges."""
+
+    clip_epsilon: float = field(default=0.2, metadata=_help("policy ratio clip range"))
+    clip_epsilon_final: float | None = field(
+        default=None, metadata=_help("clip range at the end (linear); none: constant")
+    )
+    value_clip: float | None = field(
+        default=None, metadata=_help("PPO2 value clipping range; none: unclipped value loss")
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        positive(self, "clip_epsilon", "value_clip")
+
+    @property
+    def loss_schedules(self) -> dict[str, tuple[float, float]]:
+        """``loss_schedules`` for :class:`PolicyGradientLearner` (the annealed clip range)."""
+        if self.clip_epsilon_final is None:
+            return {}
+        return {"clip_epsilon": (self.clip_epsilon, self.clip_epsilon_final)}
+
+
+def make_optimizer(cfg: OnPolicyConfig, params) -> torch.optim.Optimizer:
+    params = list(params)
+    # Adam: fused (one kernel for every parameter, CPU and CUDA), measured 140 us per step
+    # here against 374 us for foreach and 491 us for torch's CPU default (a Python loop over
+    # parameters); RMSprop has no fused kernel, so foreach.
+    if cfg.optimizer == "rmsprop":
+        return torch.optim.RMSprop(params, lr=cfg.lr, eps=cfg.adam_eps, alpha=0.99, foreach=True)
+    return torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps, fused=True)
+
+
+_Mean = MeanMetrics  # the name earlier learners used
+
+
+class PolicyGradientLearner(Learner):
+    """Estimator, then ``epochs`` x minibatches of ``loss``; schedules applied per batch.
+
+    Args:
+        algo: the algorithm's name (written in checkpoints and summaries).
+        actor: the policy (a TorchRL ``ProbabilisticActor`` writing ``action_log_prob``).
+        critic: the V network writing ``state_value``.
+        estimator: writes ``advantage`` and ``value_target`` (e.g. ``rlkit.value.GAE``).
+        loss: returns ``loss_*`` terms.
+        cfg: an :class:`OnPolicyConfig`.
+        loss_schedules: loss attributes annealed linearly over the frame budget,
+            ``{"clip_epsilon": (0.2, 0.0)}``; ``entropy_coef`` is added from the config when
+            ``--entropy-coef-final`` is set.
+        obs_norm: running observation statistics inside the networks, updated after each
+            batch's gradient steps (so a batch is scored with the statistics it was
+            collected with), merged across ranks.
+    """
+
+    def __init__(
+        self,
+        *,
+        algo: str,
+        actor: nn.Module,
+        critic: nn.Module,
+        estimator: nn.Module,
+        loss: nn.Module,
+        cfg: OnPolicyConfig,
+        obs_norm: nn.Module | None = None,
+        loss_schedules: Mapping[str, tuple[float, float]] | None = None,
+    ) -> None:
+        self.algo = algo
+        self.loss_schedules = dict(loss_schedules or {})
+        if cfg.entropy_coef_final is not None:
+            self.loss_schedules["entropy_coef"] = (cfg.entropy_coef, cfg.entropy_coef_final)
+        check_schedules(loss, self.loss_schedules)
+        self.actor, self.critic, self.estimator, self.loss = actor, critic, estimator, loss
+        self.cfg, self.obs_norm = cfg, obs_norm
+        self.nets = nn.ModuleDict({"actor": actor, "critic": critic})
+        if obs_norm is not None:
+            self.nets["obs_norm"] = obs_norm
+        params = {id(p): p for p in self.nets.parameters()}.values()  # shared trunks once
+        self.optimizer = make_optimizer(cfg, params)
+        self.kl_lr = (
+            schedules.KLAdaptiveLR(lr=cfg.lr, target=cfg.kl_target, lr_max=max(cfg.lr * 10, 1e-2))
+            if cfg.lr_schedule == "kl"
+            else None
+        )
+
+    # ---------------------------------------------------------------- Learner interface
+    def modules(self) -> dict[str, nn.Module]:
+        return dict(self.nets.items())
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"optimizer": self.optimizer}
+
+    @property
+    def frames_per_batch(self) -> int:
+        return self.cfg.batch_size
+
+    def collect_policy(self) -> nn.Module:
+        return self.actor
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"kl_lr": self.kl_lr.state_dict()} if self.kl_lr else {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if self.kl_lr and "kl_lr" in state:
+            self.kl_lr.load_state_dict(state["kl_lr"])
+
+    # ---------------------------------------------------------------- the update
+    def apply_schedules(self, progress: float) -> dict[str, float]:
+        cfg = self.cfg
+        if cfg.lr_schedule == "linear":
+            lr = schedules.linear(cfg.lr, cfg.lr_final, progress)
+        elif self.kl_lr is not None:
+            lr = self.kl_lr.lr
+        else:
+            lr = cfg.lr
+        schedules.set_lr(self.optimizer, lr)
+        out = {"lr": lr}
+        for name, (start, end) in self.loss_schedules.items():
+            # a coefficient annealed to 0 stays just above it so validation holds
+            value = schedules.linear(start, end, progress)
+            setattr(self.loss, name, max(value, 1e-8) if start > 0 else value)
+            out[name] = value
+        return out
+
+    def _minibatches(
+        self, flat: TensorDictBase, generator: torch.Generator
+    ) -> Iterable[TensorDictBase]:
+        size = self.cfg.minibatch
+        n = flat.shape[0]
+        if size >= n:
+            # one minibatch per epoch: the mean loss over the whole batch does not depend on
+            # the order of its samples, so skip the shuffle and the copy
+            return (flat,)
+        order = minibatch_indices(n, size, generator=generator)
+        return (flat[idx] for idx in order)
+
+    def loss_groups(self) -> list[LossGroup]:
+        """The groups :meth:`update` trains: one, the loss over actor and critic."""
+        if not hasattr(self, "_groups"):
+            self._groups = [
+                LossGroup(
+                    "policy",
+                    self.loss,
+                    self.optimizer,
+                    epochs=self.cfg.epochs,
+                    max_grad_norm=self.cfg.max_grad_norm,
+                )
+            ]
+        return self._groups
+
+    def update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
+        sched = self.apply_schedules(ctx.progress)
+        with torch.no_grad():
+            self.estimator(batch)
+        flat = batch.reshape(-1)
+        result = update_loop(self.loss_groups(), flat, ctx, minibatches=self._minibatches)
+        self.after_update(batch, result, ctx)
+        return result | sched
+
+    def after_update(self, batch: TensorDictBase, result: Mapping[str, float], ctx) -> None:
+        """KL-adaptive learning rate from the batch's ``approx_kl``, then the observation
+        statistics (after the gradient steps, so a batch is scored with the statistics it was
+        collected with; every rank merges all ranks' observations)."""
+        if self.kl_lr is not None:
+            if "approx_kl" not in result:
+                raise LossContractError(
+                    f"--lr-schedule kl adapts the learning rate to the loss's approx_kl, but "
+                    f"{type(self.loss).__name__} reports none: use --lr-schedule constant or "
+                    "linear, or a loss that reports approx_kl"
+                )
+            kl = ctx.all_reduce_mean(torch.tensor(result["approx_kl"]))
+            self.kl_lr.update(float(kl))
+        if self.obs_norm is not None:
+            self.obs_norm.update(ctx.all_gather(batch.get(keys.OBSERVATION)))
+
+
+def check_schedules(loss: nn.Module, schedules_: Mapping[str, tuple[float, float]]) -> None:
+    """Every scheduled name must be a numeric attribute of ``loss`` (else nothing reads it)."""
+    for name in schedules_:
+        value = getattr(loss, name, None)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(
+                f"loss_schedules names {name!r}, which {type(loss).__name__} does not have as a "
+                "hyperparameter, so the schedule would change nothing: schedule one of its "
+                "hyperparameters (e.g. clip_epsilon on PPOLoss, entropy_coef on any "
+                "actor-critic loss)"
+            )
+
+
+def build_actor_critic(cfg: OnPolicyConfig, env) -> tuple[nn.Module, nn.Module, nn.Module | None]:
+    """:func:`rlkit.modules.actor_critic_networks` with a config's network flags."""
+    return actor_critic_networks(
+        env, hidden=cfg.hidden, activation=cfg.activation, normalize_obs=cfg.normalize_obs
+    )
