@@ -93,3 +93,11 @@ def test_recipe_pages_name_only_real_flags(page):
     }
     for flag in set(re.findall(r"(--[a-z][a-z0-9-]+)", text)) - ignore:
         assert flag in helptext, f"{page} mentions {flag}, which no recipe of {recipes} has"
+
+
+def test_update_loop_page_optimises_a_subclass_term(capsys):
+    (block,) = python_blocks(ROOT / "docs" / "update.md")
+    exec(compile(block, "docs/update.md", "exec"), {})
+    printed = capsys.readouterr().out
+    assert printed.startswith("1.818 ")  # 2 / 1.1: the added loss_prior was optimised
+    assert "loss_prior" in printed
