@@ -14,7 +14,8 @@ Algorithm box:
     3. estimator   GAE(gamma, lambda) writes advantage and value_target
     4. losses      policy phase: PPO clipped surrogate + value regression + entropy;
                    aux phase: aux value + beta_clone * KL(pi_old || pi) + true value
-    5. learner     n_pi policy-phase batches, then aux_epochs over the stored rollouts
+    5. learner     n_pi policy-phase batches (the actor --epochs, the critic --value-epochs,
+                   each with its own Adam), then aux_epochs over the stored rollouts
     6. fit         the engine: collect, update, evaluate, checkpoint
 """
 

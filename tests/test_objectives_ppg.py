@@ -270,3 +270,25 @@ def test_bad_hyperparameters_are_named():
 def test_docstring_example_runs():
     result = doctest.testmod(ppg_module, optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted > 0
+
+
+@pytest.mark.parametrize("kind", ["categorical", "gaussian"])
+@pytest.mark.parametrize("clip", [None, 0.2])
+def test_in_keys_declare_everything_the_loss_reads(kind, clip):
+    # the update loop hands a loss only its in_keys and reads strictly: a key read but not
+    # declared (the recorded distribution, the recorded V under value clipping) would raise
+    from types import SimpleNamespace
+
+    from rlkit.training.engine import Context, Counters
+    from rlkit.training.update import LossGroup, update_loop
+
+    actor, critic, aux = nets(kind)
+    td = record_pre_aux(actor, critic, batch())
+    td.set("unrelated", torch.zeros(16, 2))
+    loss = PPGAuxLoss(actor, critic, aux, value_clip_epsilon=clip)
+    assert ((PRE_AUX, keys.STATE_VALUE) in loss.in_keys) == (clip is not None)
+    params = {id(p): p for m in (actor, critic, aux) for p in m.parameters()}.values()
+    group = LossGroup("aux", loss, torch.optim.SGD(list(params), lr=0.1))
+    ctx = Context(SimpleNamespace(world_size=1, device=torch.device("cpu")), 10, Counters())
+    out = update_loop([group], td, ctx, grad_accum=2)
+    assert out["unscaled_loss_distill"] == 0.0 and "grad_norm" in out

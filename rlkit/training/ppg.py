@@ -6,17 +6,20 @@ Phasic Policy Gradient (Cobbe et al. 2020, Algorithm 1)::
         for iteration = 1 .. n_pi                        # policy phase: one batch each
             collect a batch, GAE -> advantage, value target
             policy epochs of the clipped surrogate, value epochs of the value loss
+                (each network its own optimiser and epoch count)
             store (observation, value target) of the batch in the buffer B
         record pi_old(.|s) (and V(s)) for every s in B   # before any aux update
         for epoch = 1 .. aux_epochs                      # auxiliary phase
             for each minibatch of whole rollouts of B
                 L_aux = L_aux_value + beta_clone * KL(pi_old || pi) + L_value
 
-The policy-phase update reuses :class:`~rlkit.training.onpolicy.PolicyGradientLearner`
-(schedules, minibatching, observation normalisation); this learner adds separate policy /
-value epochs, full-batch advantage normalisation, the buffer and the auxiliary phase, and
-checkpoints the buffer and the position in the phase cycle so a resume continues the cycle
-exactly.
+Both phases run on :func:`~rlkit.training.update.update_loop` (every ``loss_*`` term
+optimised by exactly one loss group); the learner reuses
+:class:`~rlkit.training.onpolicy.PolicyGradientLearner` (schedules, minibatching,
+observation normalisation) and adds its own loss groups (policy and value, each with its
+optimiser and epoch count; the auxiliary phase), full-batch advantage normalisation, the
+buffer, and checkpoints of the buffer and the position in the phase cycle so a resume
+continues the cycle exactly.
 """
 
 from __future__ import annotations
@@ -32,19 +35,14 @@ from torch import nn
 from torchrl.modules import ValueOperator
 
 from rlkit import keys
-from rlkit.objectives.common import LOSS_ENTROPY, LOSS_POLICY, LOSS_VALUE, total_loss
+from rlkit.objectives.common import LOSS_VALUE
 from rlkit.objectives.functional import standardize
-from rlkit.objectives.ppg import AUX_STATE_VALUE, KL_MAX, PRE_AUX, policy_kl
+from rlkit.objectives.ppg import AUX_STATE_VALUE, PRE_AUX, policy_kl
 from rlkit.training import schedules
 from rlkit.training.config import non_negative, positive
 from rlkit.training.engine import Context
-from rlkit.training.onpolicy import (
-    ClipConfig,
-    Normalize,
-    PolicyGradientLearner,
-    _Mean,
-    make_optimizer,
-)
+from rlkit.training.onpolicy import ClipConfig, Normalize, PolicyGradientLearner, make_optimizer
+from rlkit.training.update import LossGroup, update_loop
 
 __all__ = [
     "ARCHS",
@@ -91,7 +89,7 @@ class PPGConfig(ClipConfig):
     aux_optimizer: str = field(
         default="separate",
         metadata=_help(
-            "separate: its own Adam (reference); shared: the policy phase's optimizer",
+            "separate: its own Adam (reference); shared: the policy phase's optimizers",
             choices=("separate", "shared"),
         ),
     )
@@ -300,16 +298,26 @@ class PPGLearner(PolicyGradientLearner):
     Args:
         nets: the networks (:func:`build_ppg_networks`).
         estimator: writes ``advantage`` and ``value_target`` (``rlkit.value.GAE``).
-        loss: the policy-phase loss (``PPOLoss(actor, critic, ...)``).
+        loss: the policy-phase loss (``PPOLoss(actor, critic, ...)`` or a subclass; every
+            ``loss_*`` term but ``loss_value`` trains the actor).
         aux_loss: :class:`~rlkit.objectives.PPGAuxLoss` over the same networks.
         cfg: a :class:`PPGConfig`.
         loss_schedules: as for :class:`PolicyGradientLearner`.
 
-    Optimisers: ``optimizer`` (policy phase) over the actor and critic; the auxiliary head
-    gets no gradient there, so it is left out of it. ``aux_optimizer`` (with
-    ``--aux-optimizer separate``, the reference's choice) over every parameter; with
-    ``shared`` the policy-phase optimiser (then built over the aux head too) is used with
-    the auxiliary learning rate.
+    Loss groups (:func:`~rlkit.training.update.update_loop`). Policy phase, over the same
+    minibatches: ``policy`` (every term of ``loss`` but ``loss_value``; the actor: trunk and
+    policy head; ``--epochs``) and ``value`` (``loss_value``; the critic's own parameters,
+    in the shared layout only its value head; ``--value-epochs``). A network past its epoch
+    count is idle, its parameters bit-identical. Auxiliary phase: ``aux`` (every
+    :class:`PPGAuxLoss` term; ``--aux-epochs``).
+
+    Optimisers (checkpointed by name): ``optimizer`` over the actor, ``value_optimizer`` over
+    the critic's own parameters, and with ``--aux-optimizer separate`` (the reference)
+    ``aux_optimizer`` over every parameter. With ``shared`` there is no third optimiser:
+    the auxiliary phase steps the policy phase's two at the auxiliary learning rate, as
+    groups ``aux`` (``optimizer``, which then also holds the aux head: ``loss_aux_value``
+    and ``loss_distill``) and ``aux_value`` (``value_optimizer``: ``loss_value``), so each
+    network keeps one Adam state across both phases.
     """
 
     def __init__(
@@ -334,20 +342,23 @@ class PPGLearner(PolicyGradientLearner):
         )
         self.aux_critic, self.aux_loss = nets.aux_critic, aux_loss
         self.nets["aux_critic"] = nets.aux_critic
-        every = list({id(p): p for p in self.nets.parameters()}.values())
-        if cfg.aux_optimizer == "shared":
-            self.optimizer = make_optimizer(cfg, every)
-            self.aux_optimizer = self.optimizer
-        else:
-            self.aux_optimizer = make_optimizer(cfg, every)
+        actor = _unique(nets.actor.parameters())
+        critic = _unique(nets.critic.parameters(), but=actor)  # shared: the value head only
+        aux_head = _unique(nets.aux_critic.parameters(), but=actor)
+        shared = cfg.aux_optimizer == "shared"
+        self.optimizer = make_optimizer(cfg, actor + aux_head if shared else actor)
+        self.value_optimizer = make_optimizer(cfg, critic)
+        self.aux_optimizer = (
+            None if shared else make_optimizer(cfg, _unique(self.nets.parameters()))
+        )
+        self._build_groups(cfg)
         self.phase_iteration = 0
         self.buffer: list[TensorDict] = []
-        self._aux_params = every
 
     # ---------------------------------------------------------------- Learner interface
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        out = {"optimizer": self.optimizer}
-        if self.aux_optimizer is not self.optimizer:
+        out = {"optimizer": self.optimizer, "value_optimizer": self.value_optimizer}
+        if self.aux_optimizer is not None:
             out["aux_optimizer"] = self.aux_optimizer
         return out
 
@@ -375,7 +386,38 @@ class PPGLearner(PolicyGradientLearner):
                 f"iteration {self.phase_iteration}: the checkpoint is inconsistent"
             )
 
+    # ---------------------------------------------------------------- loss groups
+    def _build_groups(self, cfg: PPGConfig) -> None:
+        clip = cfg.max_grad_norm
+
+        def value(name: str, loss: nn.Module, epochs: int) -> LossGroup:
+            terms, grad_name = (LOSS_VALUE,), "value_grad_norm"
+            return LossGroup(
+                name, loss, self.value_optimizer, epochs, clip, terms, grad_name=grad_name
+            )
+
+        self._groups = [  # policy phase, in lockstep over the same minibatches
+            LossGroup("policy", self.loss, self.optimizer, cfg.epochs, clip),
+            value("value", self.loss, cfg.value_epochs or cfg.epochs),
+        ]
+        if self.aux_optimizer is not None:
+            aux = LossGroup("aux", self.aux_loss, self.aux_optimizer, cfg.aux_epochs, clip)
+            self.aux_groups = [aux]
+        else:
+            aux = LossGroup("aux", self.aux_loss, self.optimizer, cfg.aux_epochs, clip)
+            self.aux_groups = [aux, value("aux_value", self.aux_loss, cfg.aux_epochs)]
+
+    def loss_groups(self) -> list[LossGroup]:
+        """The policy phase's groups (:attr:`aux_groups`: the auxiliary phase's)."""
+        return self._groups
+
     # ---------------------------------------------------------------- the update
+    def apply_schedules(self, progress: float) -> dict[str, float]:
+        """As the base class; the value optimiser follows the policy's learning rate."""
+        out = super().apply_schedules(progress)
+        schedules.set_lr(self.value_optimizer, out["lr"])
+        return out
+
     def _aux_lr(self, lr: float) -> float:
         """The auxiliary learning rate follows the policy-phase schedule's ratio."""
         cfg = self.cfg
@@ -386,19 +428,20 @@ class PPGLearner(PolicyGradientLearner):
         sched = self.apply_schedules(ctx.progress)
         with torch.no_grad():
             self.estimator(batch)
-        result = self.policy_phase_update(batch, ctx)
+        flat = batch.reshape(-1)  # a new TensorDict: setting a key leaves ``batch`` alone
+        if cfg.full_batch_advantage_norm:
+            flat.set(keys.ADVANTAGE, standardize(flat.get(keys.ADVANTAGE)))
+        result = update_loop(self.loss_groups(), flat, ctx, minibatches=self._minibatches)
         if cfg.aux_epochs > 0:
             self.buffer.append(self._store(batch))
         self.phase_iteration += 1
         if self.phase_iteration == cfg.n_pi:
             if cfg.aux_epochs > 0:
                 result |= self.aux_phase(ctx, lr=self._aux_lr(sched["lr"]))
-                schedules.set_lr(self.optimizer, sched["lr"])
+                for opt in (self.optimizer, self.value_optimizer):  # shared: back from aux_lr
+                    schedules.set_lr(opt, sched["lr"])
             self.phase_iteration, self.buffer = 0, []
-        if self.kl_lr is not None and "approx_kl" in result:
-            self.kl_lr.update(float(ctx.all_reduce_mean(torch.tensor(result["approx_kl"]))))
-        if self.obs_norm is not None:
-            self.obs_norm.update(ctx.all_gather(batch.get(keys.OBSERVATION)))
+        self.after_update(batch, result, ctx)
         return result | sched | {"phase_iteration": float(self.phase_iteration)}
 
     def _store(self, batch: TensorDictBase) -> TensorDict:
@@ -411,48 +454,24 @@ class PPGLearner(PolicyGradientLearner):
             batch_size=batch.batch_size[:2],
         )
 
-    def policy_phase_update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
-        """``max(epochs, value_epochs)`` epochs; an epoch past one count weights its terms 0.
-
-        Weighting by 0 (not dropping the term) is the reference's ``name2coef`` and keeps
-        every parameter's gradient present, so one and several devices step alike.
-        """
-        cfg = self.cfg
-        flat = batch.reshape(-1).select(*self.loss.in_keys, strict=False)
-        if cfg.full_batch_advantage_norm:
-            flat.set(keys.ADVANTAGE, standardize(flat.get(keys.ADVANTAGE)))
-        value_epochs = cfg.value_epochs or cfg.epochs
-        n_epochs = max(cfg.epochs, value_epochs)
-        stats = _Mean()
-        for epoch in range(n_epochs):
-            self.loss.diagnostics = epoch == n_epochs - 1
-            pi_coef = 1.0 if epoch < cfg.epochs else 0.0
-            v_coef = 1.0 if epoch < value_epochs else 0.0
-            for minibatch in self._minibatches(flat, ctx.generator):
-                out = self.loss(minibatch)
-                total = pi_coef * (out[LOSS_POLICY] + out[LOSS_ENTROPY]) + v_coef * out[LOSS_VALUE]
-                grad_norm = ctx.optimize(total, self.optimizer, max_grad_norm=cfg.max_grad_norm)
-                if self.loss.diagnostics:
-                    stats.add({k: v for k, v in out.items() if v.numel() == 1})
-                    stats.add({"grad_norm": grad_norm})
-        return stats.result()
-
     def aux_phase(self, ctx: Context, *, lr: float) -> dict[str, float]:
-        """Record pi_old over the buffer, then ``aux_epochs`` passes of the auxiliary loss."""
+        """Record pi_old over the buffer, then ``aux_epochs`` passes of the auxiliary loss
+        over minibatches of whole rollouts, each step's gradient accumulated over
+        ``--aux-grad-accum`` chunks of them."""
         cfg = self.cfg
         data = torch.cat(self.buffer, 0)  # [rollouts, T]
         record_pre_aux(self.actor, self.critic, data)
-        schedules.set_lr(self.aux_optimizer, lr)
-        rollouts = data.shape[0]
-        size = math.ceil(rollouts / cfg.aux_minibatches)
-        stats = _Mean()
-        for _ in range(cfg.aux_epochs):
-            order = torch.randperm(rollouts, generator=ctx.generator)
-            for idx in order.split(size):
-                out, grad_norm = self.aux_step(data[idx], ctx)
-                stats.add({k: v for k, v in out.items() if v.numel() == 1})
-                stats.add({"grad_norm": grad_norm})
-        result = stats.result() | {"lr": lr, "policy_kl_after": self._kl_after(data)}
+        groups = self.aux_groups
+        for group in groups:
+            schedules.set_lr(group.optimizer, lr)
+        size = math.ceil(data.shape[0] / cfg.aux_minibatches)
+
+        def rollouts(td: TensorDictBase, generator: torch.Generator):
+            order = torch.randperm(td.shape[0], generator=generator)
+            return (td[idx] for idx in order.split(size))
+
+        stats = update_loop(groups, data, ctx, minibatches=rollouts, grad_accum=cfg.aux_grad_accum)
+        result = stats | {"lr": lr, "policy_kl_after": self._kl_after(data)}
         return {f"aux/{k}": v for k, v in result.items()}
 
     @torch.no_grad()
@@ -463,38 +482,9 @@ class PPGLearner(PolicyGradientLearner):
         kl = policy_kl(self.aux_loss.old_distribution(flat), new).mean()
         return float(kl)
 
-    def aux_step(self, minibatch: TensorDictBase, ctx: Context) -> tuple[TensorDict, float]:
-        """One optimiser step on a minibatch, its gradient accumulated over chunks.
 
-        Chunks 1..k-1 are differentiated with ``torch.autograd.grad`` (one chunk's graph in
-        memory at a time); the last chunk's loss gets ``sum_p <p, g_acc_p>`` added, whose
-        gradient is exactly the accumulated ``g_acc``, so :meth:`Context.optimize` (which
-        zeroes gradients before its backward) still all-reduces, clips and checks the full
-        minibatch gradient. Each chunk's loss is weighted by its share of the rollouts, so
-        the result equals one backward of the whole minibatch's mean loss.
-        """
-        n = minibatch.shape[0]
-        chunks = torch.arange(n).tensor_split(self.cfg.aux_grad_accum)
-        params = self._aux_params
-        acc: list[torch.Tensor | None] | None = None
-        parts = []
-        for i, idx in enumerate(chunks):
-            out = self.aux_loss(minibatch[idx])
-            loss = total_loss(out) * (len(idx) / n)
-            parts.append((out, len(idx) / n))
-            if i < len(chunks) - 1:
-                grads = torch.autograd.grad(loss, params, allow_unused=True)
-                acc = (
-                    list(grads)
-                    if acc is None
-                    else [
-                        a if g is None else (g if a is None else a + g) for a, g in zip(acc, grads)
-                    ]
-                )
-        if acc is not None:
-            loss = loss + sum((p * g).sum() for p, g in zip(params, acc) if g is not None)
-        grad_norm = ctx.optimize(loss, self.aux_optimizer, max_grad_norm=self.cfg.max_grad_norm)
-        names = list(parts[0][0].keys())  # a TensorDict iterates over its batch dims
-        merged = {k: sum(o.get(k).detach() * w for o, w in parts) for k in names}
-        merged[KL_MAX] = torch.stack([o.get(KL_MAX) for o, _ in parts]).max()
-        return TensorDict(merged, batch_size=[]), grad_norm
+def _unique(params, but: Sequence[torch.Tensor] = ()) -> list[torch.Tensor]:
+    """``params`` once each (shared trunks), without those in ``but``."""
+    skip = {id(p) for p in but}
+    out = {id(p): p for p in params if id(p) not in skip}
+    return list(out.values())

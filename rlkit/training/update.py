@@ -178,8 +178,16 @@ def _undeclared_key_error(
             break
         except KeyError as deeper:
             leaf = _missing_leaf(deeper)
-    key = (*prefix, leaf) if prefix else leaf
-    name = keys.describe(key) if key in held or prefix else repr(leaf)
+    if prefix:
+        name = keys.describe((*prefix, leaf))
+    else:
+        same = [k for k in held if (k[-1] if isinstance(k, tuple) else k) == leaf]
+        if len(same) == 1:
+            name = keys.describe(same[0])
+        elif same:
+            name = f"{leaf!r} (one of {', '.join(keys.describe(k) for k in same)})"
+        else:
+            name = repr(leaf)
     return MissingKeyError(
         f"{type(loss).__name__} reads {name}, which is not among its in_keys "
         f"{declared}: the update loop passes a loss only the keys it declares. "
