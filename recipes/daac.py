@@ -10,7 +10,8 @@ Algorithm box:
     1. config      DAACRecipeConfig (defaults, per-env preset, --config YAML, flags)
     2. networks    policy net (trunk -> pi head, trunk -> advantage head A(s, a)) and a
                    separate value net V(s)
-    3. estimator   GAE(gamma, lambda) with V writes advantage and value_target
+    3. estimator   GAE(gamma, lambda) with V writes advantage and value_target; the
+                   advantage is standardised once per batch (--advantage-norm)
     4. losses      policy: clipped surrogate - entropy + adv_coef (A(s, a) - A_GAE)^2;
                    value: 1/2 (V(s) - V_target)^2 (optionally clipped)
     5. learner     --epochs of the policy loss, then every --value-freq batches
@@ -79,6 +80,7 @@ def build(cfg: DAACRecipeConfig, env) -> DAACLearner:
         adv_coef=cfg.adv_coef,
         normalize_advantage=cfg.normalize_advantage,
         advantage_target=cfg.advantage_target,
+        advantage_norm=cfg.advantage_norm,
     )
     value_loss = DAACValueLoss(
         nets.critic, value_coef=cfg.value_coef, value_clip_epsilon=cfg.value_clip

@@ -131,6 +131,7 @@ def build(cfg: DQNConfig, env) -> DQNLearner:
         target_update=cfg.target_update,
         target_period=cfg.target_update_period,
         tau=cfg.tau,
+        priority_weights=cfg.priority_weight_norm if cfg.prioritized else None,
     )
     return DQNLearner(
         cfg=cfg, loss=loss, action_spec=env.action_spec_unbatched, epsilon=cfg.epsilon

@@ -14,9 +14,11 @@ Algorithm box:
     3. bonus       r_int = ||f_hat(s') - f(s')||^2 / std(discounted intrinsic return)
     4. estimator   TwinGAE: extrinsic GAE (episodic, gamma), intrinsic GAE (non-episodic,
                    gamma_int)
-    5. loss        PPO clipped surrogate on ext_coef * A_ext + int_coef * A_int, both value
-                   heads' regressions, entropy bonus; predictor MSE on update_proportion
-    6. learner     epochs x minibatches (policy/critic optimizer and predictor optimizer)
+    5. losses      PPO clipped surrogate on ext_coef * A_ext + int_coef * A_int, both value
+                   heads' regressions, entropy bonus; predictor MSE on s' of a random
+                   update_proportion of each minibatch
+    6. learner     epochs x minibatches, the two losses in lockstep (policy/critic
+                   optimizer and predictor optimizer)
     7. fit         the engine: collect, update, evaluate, checkpoint
 """
 
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rlkit.objectives.rnd import RNDPPOLoss, TwinGAE
+from rlkit.objectives.rnd import RNDPPOLoss, RNDPredictorLoss, TwinGAE
 from rlkit.training import cli, parse_config, run
 from rlkit.training.rnd import RNDConfig, RNDLearner, build_rnd_networks
 
@@ -89,6 +91,7 @@ def build(cfg: RNDConfig, env) -> RNDLearner:
         cfg=cfg,
         obs_norm=obs_norm,
         loss_schedules=cfg.loss_schedules,
+        predictor_loss=RNDPredictorLoss(rnd),
     )
 
 

@@ -25,7 +25,7 @@ from rlkit.modules import make_actor, q_critic_continuous, q_critic_discrete
 from rlkit.modules.critics import action_kind, observation_features
 from rlkit.objectives import DiscreteSACLoss, SACLoss
 from rlkit.training import cli, parse_config, run
-from rlkit.training.offpolicy import OffPolicyConfig, SACLearner
+from rlkit.training.offpolicy import OffPolicyConfig, SACLearner, check_sac_n_steps
 from rlkit.training.offpolicy import offpolicy_collector as make_collector
 
 
@@ -70,6 +70,7 @@ class SACConfig(OffPolicyConfig):
             raise ValueError(f"--policy-delay must be >= 1, got {self.policy_delay}")
         if self.alpha_init <= 0:
             raise ValueError(f"--alpha-init must be > 0, got {self.alpha_init}")
+        check_sac_n_steps(self.n_steps)
 
 
 #: Settings that override the defaults for an environment (flags and --config still win).
@@ -102,6 +103,7 @@ def build(cfg: SACConfig, env) -> SACLearner:
         learn_alpha=cfg.learn_alpha,
         target_entropy=cfg.target_entropy,
         n_steps=cfg.n_steps,
+        priority_weights=cfg.priority_weight_norm if cfg.prioritized else None,
     )
     return SACLearner(
         cfg=cfg,

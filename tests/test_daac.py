@@ -129,6 +129,57 @@ def test_advantage_loss_matches_a_hand_computation(normalize, target):
     assert val(out["loss_advantage"]) == pytest.approx(expected, rel=1e-5)
 
 
+def _minibatch_terms_by_hand(td, rows_, head_net, logits_net, used):
+    """loss_advantage (coef 0.3, target = used) and loss_policy (clip 0.2) on ``rows_``."""
+    adv_err, surrogate = 0.0, 0.0
+    for i in rows_:
+        o, a = td[keys.OBSERVATION][i].tolist(), int(td[keys.ACTION][i])
+        adv_err += (hand_linear(head_net, o)[a] - used[i]) ** 2
+        z = hand_linear(logits_net, o)
+        log_p = z[a] - math.log(sum(math.exp(v) for v in z))
+        ratio = math.exp(log_p - float(td[keys.ACTION_LOG_PROB][i]))
+        surrogate += min(ratio * used[i], min(max(ratio, 0.8), 1.2) * used[i])
+    return 0.3 * adv_err / len(rows_), -surrogate / len(rows_)
+
+
+def test_advantage_is_standardised_once_per_batch_by_default_as_the_authors_code():
+    # rraileanu/idaac ppo_daac_idaac/algo/daac.py: advantages standardised over the whole
+    # batch before minibatching; adv_targ (surrogate and advantage-head target) is a slice
+    actor, logits_net, head, head_net = tiny_policy()
+    td = batch(actor)
+    loss = DAACLoss(actor, head, adv_coef=0.3)
+    assert loss.advantage_norm == "batch"
+    assert daac_module.NORMALIZED_ADVANTAGE in loss.in_keys
+    loss.standardize_batch(td)
+    whole = hand_standardize([r[0] for r in rows(td, keys.ADVANTAGE)])
+    assert [r[0] for r in rows(td, daac_module.NORMALIZED_ADVANTAGE)] == pytest.approx(whole)
+    half = [0, 2, 3]
+    out = loss(td[torch.tensor(half)])
+    adv_expected, policy_expected = _minibatch_terms_by_hand(td, half, head_net, logits_net, whole)
+    assert val(out["loss_advantage"]) == pytest.approx(adv_expected, rel=1e-5)
+    assert val(out["loss_policy"]) == pytest.approx(policy_expected, rel=1e-5)
+    # per minibatch (the option): standardised over the three rows instead
+    per_mb = DAACLoss(actor, head, adv_coef=0.3, advantage_norm="minibatch")
+    assert daac_module.NORMALIZED_ADVANTAGE not in per_mb.in_keys
+    out_mb = per_mb(td[torch.tensor(half)])
+    local = dict(zip(half, hand_standardize([whole_raw(td, i) for i in half])))
+    adv_mb, _ = _minibatch_terms_by_hand(td, half, head_net, logits_net, local)
+    assert val(out_mb["loss_advantage"]) == pytest.approx(adv_mb, rel=1e-5)
+    assert val(out_mb["loss_advantage"]) != pytest.approx(adv_expected, rel=1e-3)
+    # the raw target ignores the standardisation; the surrogate still uses the batch's
+    raw = DAACLoss(actor, head, adv_coef=0.3, advantage_target="raw")(td[torch.tensor(half)])
+    raw_adv = [whole_raw(td, i) for i in range(N)]
+    adv_raw, _ = _minibatch_terms_by_hand(td, half, head_net, logits_net, raw_adv)
+    assert val(raw["loss_advantage"]) == pytest.approx(adv_raw, rel=1e-5)
+    assert val(raw["loss_policy"]) == pytest.approx(policy_expected, rel=1e-5)
+    with pytest.raises(ValueError, match=r"advantage_norm must be one of"):
+        DAACLoss(actor, head, advantage_norm="episode")
+
+
+def whole_raw(td, i: int) -> float:
+    return float(td[keys.ADVANTAGE][i, 0])
+
+
 def test_policy_and_entropy_terms_match_a_hand_computation():
     actor, logits_net, head, _ = tiny_policy()
     td = batch(actor)
@@ -354,10 +405,41 @@ def test_value_epochs_and_value_freq_schedule_the_value_updates(recipe, env, bat
     assert learner.state_dict()["batches_seen"] == 3
 
 
+def test_learner_standardises_the_advantage_over_the_whole_batch(recipe, env, batches):
+    # batch 64, minibatch 32: every minibatch's advantage-head target and surrogate use the
+    # mean and std of all 64 advantages (the authors' code), not of its own 32
+    learner = make_learner(recipe, env, "--epochs", "1", "--adv-coef", "0.3")
+    reference = batches[0].clone()
+    with torch.no_grad():
+        learner.estimator(reference)
+    raw = reference[keys.ADVANTAGE].reshape(-1)
+    mean, std = raw.mean(), raw.std()  # unbiased, as torch's default in the authors' code
+    seen = []
+    forward = learner.loss.forward
+
+    def spy(td):
+        with torch.no_grad():
+            pred = learner.loss.advantage_prediction(td)
+        out = forward(td)
+        seen.append((td[keys.ADVANTAGE].reshape(-1), pred, out["loss_advantage"].detach()))
+        return out
+
+    learner.loss.forward = spy
+    learner.update(batches[0].clone(), context())
+    assert len(seen) == 2
+    for adv, pred, got in seen:
+        assert adv.shape == (32,)
+        target = (adv - mean) / (std + 1e-8)
+        torch.testing.assert_close(got, 0.3 * (pred - target).square().mean())
+        own = (adv - adv.mean()) / (adv.std() + 1e-8)  # the per-minibatch form differs
+        assert not torch.allclose(got, 0.3 * (pred - own).square().mean(), rtol=1e-3)
+
+
 @pytest.mark.parametrize(
     "flags",
     [
         ("--adv-coef", "0"),
+        ("--advantage-norm", "minibatch"),
         ("--advantage-target", "raw"),
         ("--value-clip", "0.01"),
         ("--value-lr", "1e-4"),

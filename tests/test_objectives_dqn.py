@@ -75,7 +75,10 @@ def reference_targets(online_w, target_w, *, double: bool, discounts=None) -> li
     return out
 
 
-def reference_loss(q_values: list[float], targets: list[float], kind: str, weights=None) -> float:
+def reference_loss(
+    q_values: list[float], targets: list[float], kind: str, weights=None, norm_by="max"
+) -> float:
+    """Mean loss; with weights: mean of w * loss ("max", Schaul et al.) or sum(w loss) / sum(w)."""
     total, norm = 0.0, 0.0
     for i, (q, y) in enumerate(zip(q_values, targets)):
         e = q - y
@@ -83,7 +86,7 @@ def reference_loss(q_values: list[float], targets: list[float], kind: str, weigh
         value = 0.5 * e * e if kind == "mse" else huber
         w = 1.0 if weights is None else weights[i]
         total += w * value
-        norm += w
+        norm += w if norm_by == "sum" else 1.0
     return total / norm
 
 
@@ -122,13 +125,28 @@ def test_double_dqn_changes_the_target_when_networks_disagree():
     assert out_plain.item() != pytest.approx(out_double.item())
 
 
-def test_priority_weights_weight_the_mean():
-    weights = [0.5, 1.0, 0.25, 2.0]
-    loss = make_loss(PERMUTE, loss_type="mse")
+@pytest.mark.parametrize("norm_by", ["max", "sum"])
+def test_priority_weights_weight_the_mean(norm_by):
+    weights = [0.5, 1.0, 0.25, 0.125]  # as the sampler writes them: w / max w
+    loss = make_loss(PERMUTE, loss_type="mse", priority_weights=norm_by)
+    assert PRIORITY_WEIGHT in loss.in_keys  # a declared input: the update loop passes it
     out = loss(transitions(**{PRIORITY_WEIGHT: torch.tensor(weights)}))
     targets = reference_targets(PERMUTE, IDENTITY, double=False)
-    expected = reference_loss(online_q_taken(PERMUTE), targets, "mse", weights)
+    expected = reference_loss(online_q_taken(PERMUTE), targets, "mse", weights, norm_by)
     assert out["loss_value"].item() == pytest.approx(expected)
+    unweighted = reference_loss(online_q_taken(PERMUTE), targets, "mse")
+    assert expected != pytest.approx(unweighted)  # the fixture tells the forms apart
+    with pytest.raises(MissingKeyError, match="priority_weight"):
+        loss(transitions())
+
+
+def test_weights_a_uniform_loss_would_ignore_are_an_error():
+    loss = make_loss(PERMUTE)
+    assert PRIORITY_WEIGHT not in loss.in_keys
+    with pytest.raises(ValueError, match="priority_weights=None and would ignore"):
+        loss(transitions(**{PRIORITY_WEIGHT: torch.ones(4)}))
+    with pytest.raises(ValueError, match="priority_weights must be None"):
+        make_loss(PERMUTE, priority_weights="mean")
 
 
 def test_one_hot_actions_equal_indices():

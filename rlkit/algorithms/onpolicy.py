@@ -34,9 +34,8 @@ class OnPolicyConfig(TrainConfig):
 
     rollout_steps: int = field(default=32, metadata=_help("steps per env per batch"))
     epochs: int = field(default=10, metadata=_help("passes over each batch"))
-    minibatch_size: int | None = field(
-        default=256, metadata=_help("samples per gradient step (none: the whole batch)")
-    )
+    # None (the whole batch) only where a recipe declares it (A2C)
+    minibatch_size: int | None = field(default=256, metadata=_help("samples per gradient step"))
     lr: float = field(default=3e-4, metadata=_help("learning rate (initial, when scheduled)"))
     lr_schedule: str = field(
         default="constant",

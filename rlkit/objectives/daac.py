@@ -54,8 +54,10 @@ from rlkit.objectives.functional import (
 )
 
 __all__ = [
+    "ADVANTAGE_NORMS",
     "ADVANTAGE_TARGETS",
     "LOSS_ADVANTAGE",
+    "NORMALIZED_ADVANTAGE",
     "DAACLoss",
     "DAACValueLoss",
 ]
@@ -65,6 +67,10 @@ LOSS_ADVANTAGE = "loss_advantage"
 ADVANTAGE_EXPLAINED_VARIANCE = "advantage_explained_variance"
 #: Regression targets of the advantage head: the advantage the surrogate uses, or the raw one.
 ADVANTAGE_TARGETS = ("normalized", "raw")
+#: Over what the advantage is standardised: the whole batch (the authors' code) or each minibatch.
+ADVANTAGE_NORMS = ("batch", "minibatch")
+#: The batch-standardised advantage ``[*, 1]``, written by :meth:`DAACLoss.standardize_batch`.
+NORMALIZED_ADVANTAGE = "normalized_advantage"
 
 
 def _check_policy_networks(actor: object, advantage_head: object) -> None:
@@ -88,8 +94,9 @@ class DAACLoss(LossModule):
 
     With :math:`r_i = \pi_\theta(a_i|s_i) / \mu(a_i|s_i)` (μ: the collecting policy),
     GAE advantages :math:`\hat A_i` written by a value estimator that uses the *separate*
-    value network, :math:`\tilde A_i` the advantage the surrogate uses (standardised per
-    minibatch with ``normalize_advantage``, else :math:`\hat A_i`) and the advantage head
+    value network, :math:`\tilde A_i` the advantage the surrogate uses (with
+    ``normalize_advantage``, :math:`\hat A` standardised once over the whole batch, or per
+    minibatch with ``advantage_norm="minibatch"``; else :math:`\hat A_i`) and the advantage head
     :math:`A_\theta(s_i, a_i)` on the policy network:
 
     .. math::
@@ -109,13 +116,23 @@ class DAACLoss(LossModule):
     advantage *after* its per-batch standardisation, the same tensor the surrogate uses.
     ``advantage_target="normalized"`` (default) follows the code, ``"raw"`` the text.
 
+    Standardisation: the authors' code standardises :math:`\hat A` once per batch (unbiased
+    std), before minibatching; ``advantage_norm="batch"`` (default) does the same. The loss
+    sees one minibatch at a time, so the learner first calls :meth:`standardize_batch` on the
+    whole batch, which writes the standardised advantage to ``"normalized_advantage"``; the
+    loss then declares that key in ``in_keys`` and reads it (called directly on a tensordict
+    without it, the loss takes that tensordict as the batch and standardises over it).
+    ``advantage_norm="minibatch"`` standardises within each minibatch instead (PPO's habit).
+
     Keys read (defaults from :mod:`rlkit.keys`, renamable with ``set_keys``):
 
     * the actor's and the advantage head's ``in_keys`` (``keys.OBSERVATION``, and
       ``keys.ACTION`` for the head);
     * ``keys.ACTION`` ``[*]`` int64 (discrete) or ``[*, A]``;
     * ``keys.ACTION_LOG_PROB`` ``[*]`` or ``[*, 1]``: log μ(a|s), stored at collection;
-    * ``keys.ADVANTAGE`` ``[*, 1]``: written by a value estimator (``rlkit.value.GAE``).
+    * ``keys.ADVANTAGE`` ``[*, 1]``: written by a value estimator (``rlkit.value.GAE``);
+    * ``"normalized_advantage"`` ``[*, 1]`` (with ``normalize_advantage`` and
+      ``advantage_norm="batch"``): written by :meth:`standardize_batch`.
 
     The advantage head must write ``keys.ADVANTAGE_PRED`` ``[*, 1]``, the prediction at the
     stored action; it runs on a shallow selection of the batch, so the input is never
@@ -134,8 +151,9 @@ class DAACLoss(LossModule):
         entropy_coef: :math:`\alpha_s \ge 0`; the paper uses 0.01 on Procgen.
         adv_coef: :math:`\alpha_a \ge 0`; the paper uses 0.25 (0.05 to 0.25 searched).
             0 turns DAAC into PPO with a separate value network.
-        normalize_advantage: standardise :math:`\hat A` within each minibatch for the
-            surrogate (default ``True``).
+        normalize_advantage: standardise :math:`\hat A` for the surrogate (default ``True``).
+        advantage_norm: ``"batch"`` (default, the authors' code: once over the whole batch,
+            see :meth:`standardize_batch`) or ``"minibatch"``.
         advantage_target: ``"normalized"`` or ``"raw"``, see above.
         entropy_samples: Monte-Carlo samples for entropies without a closed form.
 
@@ -185,6 +203,7 @@ class DAACLoss(LossModule):
         action_log_prob: NestedKey = keys.ACTION_LOG_PROB
         advantage: NestedKey = keys.ADVANTAGE
         advantage_pred: NestedKey = keys.ADVANTAGE_PRED
+        normalized_advantage: NestedKey = NORMALIZED_ADVANTAGE
 
     _diagnostics = (
         APPROX_KL,
@@ -206,6 +225,7 @@ class DAACLoss(LossModule):
         adv_coef: float = 0.25,
         normalize_advantage: bool = True,
         advantage_target: str = "normalized",
+        advantage_norm: str = "batch",
         entropy_samples: int = 1,
     ) -> None:
         super().__init__()
@@ -221,6 +241,9 @@ class DAACLoss(LossModule):
         self.normalize_advantage = normalize_advantage
         self.advantage_target = _check_choice(
             "DAACLoss", "advantage_target", advantage_target, ADVANTAGE_TARGETS
+        )
+        self.advantage_norm = _check_choice(
+            "DAACLoss", "advantage_norm", advantage_norm, ADVANTAGE_NORMS
         )
         if isinstance(entropy_samples, bool) or not isinstance(entropy_samples, int):
             raise TypeError(f"DAACLoss: entropy_samples must be an int, got {entropy_samples!r}.")
@@ -241,7 +264,30 @@ class DAACLoss(LossModule):
         for key in [*self.actor.in_keys, *self.advantage_head.in_keys, *self._required_keys()]:
             if key not in found:
                 found.append(key)
+        if self._batch_standardized:
+            found.append(self.tensor_keys.normalized_advantage)
         return found
+
+    @property
+    def _batch_standardized(self) -> bool:
+        return self.normalize_advantage and self.advantage_norm == "batch"
+
+    def standardize_batch(self, tensordict: TensorDictBase) -> TensorDictBase:
+        r"""Write the advantage standardised over the whole ``tensordict`` (the batch, before
+        minibatching) to ``"normalized_advantage"`` ``[*, 1]``, as the authors' code does
+        once per batch. A no-op unless ``normalize_advantage`` and ``advantage_norm="batch"``.
+        """
+        if self._batch_standardized:
+            owner = "DAACLoss"
+            require_keys(
+                tensordict, {self.tensor_keys.advantage: WRITTEN_BY_ESTIMATOR}, owner=owner
+            )
+            advantage = read_column(tensordict, self.tensor_keys.advantage, owner=owner)
+            tensordict.set(
+                self.tensor_keys.normalized_advantage,
+                standardize(advantage.detach()).unsqueeze(-1),
+            )
+        return tensordict
 
     @property
     def out_keys(self) -> list[str]:
@@ -260,6 +306,7 @@ class DAACLoss(LossModule):
             "adv_coef",
             "normalize_advantage",
             "advantage_target",
+            "advantage_norm",
         )
         return ", ".join(f"{name}={getattr(self, name)!r}" for name in names)
 
@@ -294,7 +341,7 @@ class DAACLoss(LossModule):
         log_prob = per_sample_log_prob(dist, action, tensordict.batch_size, owner=owner)
         pred = self.advantage_prediction(tensordict)
 
-        used = standardize(advantage) if self.normalize_advantage else advantage
+        used = self._surrogate_advantage(tensordict, advantage)
         target = used if self.advantage_target == "normalized" else advantage
         log_ratio = log_prob - behaviour.detach()
         loss_policy, clip_fraction = clipped_surrogate(
@@ -315,6 +362,14 @@ class DAACLoss(LossModule):
         out[ADVANTAGE_STD] = advantage.std(correction=0)
         out[ADVANTAGE_EXPLAINED_VARIANCE] = explained_variance(pred.detach(), target)
         return TensorDict(out, batch_size=[])
+
+    def _surrogate_advantage(self, tensordict: TensorDictBase, advantage: Tensor) -> Tensor:
+        if not self.normalize_advantage:
+            return advantage
+        key = self.tensor_keys.normalized_advantage
+        if self.advantage_norm == "batch" and key in tensordict.keys(include_nested=True):
+            return read_column(tensordict, key, owner="DAACLoss").detach()
+        return standardize(advantage)  # per minibatch, or the tensordict given is the batch
 
     def _entropy_terms(self, dist) -> dict[str, Tensor]:
         if self.entropy_coef > 0:

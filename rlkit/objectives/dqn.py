@@ -2,20 +2,26 @@ r"""DQN: the temporal-difference loss of deep Q-learning, with double-DQN and n-
 
 .. math::
     y_i = R_i + \gamma_i \, (1 - d_i) \, \bar Q(s'_i, a^*_i), \qquad
-    L(\theta) = \frac{1}{\sum_i w_i} \sum_i w_i \, \ell\big(Q_\theta(s_i, a_i) - y_i\big)
+    L(\theta) = \frac1B \sum_i w_i \, \ell\big(Q_\theta(s_i, a_i) - y_i\big)
 
 with :math:`a^*_i = \arg\max_a \bar Q(s'_i, a)` (DQN, Mnih et al. 2015) or
 :math:`a^*_i = \arg\max_a Q_\theta(s'_i, a)` (double DQN, van Hasselt et al. 2016: the online
 network picks, the target network scores), :math:`\bar Q` the target network, :math:`d_i`
 the ``terminated`` flag (a time limit is not a terminal: it bootstraps from the true final
 observation), :math:`\ell` the Huber loss (:math:`\delta = 1`, as SB3 and the Nature DQN) or
-:math:`\tfrac12 e^2`, and :math:`w_i` prioritized-replay importance weights (1 when absent).
+:math:`\tfrac12 e^2`, and :math:`w_i` prioritized-replay importance weights (1 for uniform
+replay). With ``priority_weights="max"`` (Schaul et al. 2016) the weights are
+:math:`w_i = (N P(i))^{-\beta} / \max_j w_j`, the maximum over the buffer, as TorchRL's
+``PrioritizedSampler`` writes them, so they only scale the update down; with ``"sum"`` the
+loss is :math:`\sum_i w_i \ell_i / \sum_i w_i` instead.
 
 For one-step transitions :math:`R_i = r_i` and :math:`\gamma_i = \gamma`. For n-step
 transitions (:func:`nstep_transitions`, Sutton & Barto ch. 7; Hessel et al. 2018)
 :math:`R_i = \sum_{k<m_i} \gamma^k r_{t+k}` and :math:`\gamma_i = \gamma^{m_i}`, where
 :math:`m_i \le n` stops at the first done step and at the end of the collected batch; the
-per-sample :math:`\gamma_i` is read from :data:`BOOTSTRAP_DISCOUNT`.
+per-sample :math:`\gamma_i` is read from :data:`BOOTSTRAP_DISCOUNT`. (The off-policy learner
+carries the last :math:`n - 1` steps of each env into the next batch, so its windows are cut
+only by episode ends.)
 
 Reference implementations: SB3 ``dqn/dqn.py`` (``train``), TorchRL ``objectives/dqn.py``.
 """
@@ -46,6 +52,7 @@ from rlkit.objectives.functional import VALUE_LOSS_TYPES, _pointwise_value_loss
 __all__ = [
     "BOOTSTRAP_DISCOUNT",
     "PRIORITY_WEIGHT",
+    "PRIORITY_WEIGHT_NORMS",
     "TD_ERROR",
     "DQNLoss",
     "dqn_td_target",
@@ -59,12 +66,20 @@ PRIORITY_WEIGHT = keys.PRIORITY_WEIGHT
 #: ``[B]`` detached absolute TD error per sample in a loss's output (new replay priorities).
 TD_ERROR = "td_error"
 TARGET_MEAN = "target_mean"
+#: How a loss normalises prioritized replay's importance weights (``priority_weights=``):
+#: ``"max"`` (Schaul et al.: the sampler divides by the largest weight, the loss takes the
+#: plain mean of ``w * loss``) or ``"sum"`` (``sum(w * loss) / sum(w)``).
+PRIORITY_WEIGHT_NORMS = ("max", "sum")
 
 WRITTEN_BY_NSTEP = (
     "n_steps > 1 reads the per-sample bootstrap discount gamma^m written by "
     "rlkit.objectives.dqn.nstep_transitions; build the replay data with it, or pass n_steps=1"
 )
 WRITTEN_BY_ENV = "the environment writes it (collect transitions with make_env's env)"
+WRITTEN_BY_SAMPLER = (
+    "prioritized replay's sampler writes it (TorchRL's PrioritizedSampler); for uniform "
+    "replay build the loss with priority_weights=None"
+)
 
 
 # ---------------------------------------------------------------------------------------
@@ -166,11 +181,27 @@ def read_discrete_action(action: Tensor, batch: torch.Size, n_actions: int, *, o
     )
 
 
-def weighted_mean(values: Tensor, weight: Tensor | None) -> Tensor:
-    """:math:`\\sum_i w_i v_i / \\sum_i w_i` (plain mean without weights)."""
+def weighted_mean(values: Tensor, weight: Tensor | None, norm: str = "max") -> Tensor:
+    """Importance-weighted mean of ``values`` ``[B]`` (plain mean without weights).
+
+    ``norm="max"``: :math:`\\frac1B \\sum_i w_i v_i`, for weights already divided by their
+    maximum (Schaul et al.; TorchRL's ``PrioritizedSampler``); ``"sum"``:
+    :math:`\\sum_i w_i v_i / \\sum_i w_i`.
+    """
     if weight is None:
         return values.mean()
-    return (weight * values).sum() / weight.sum()
+    if norm == "sum":
+        return (weight * values).sum() / weight.sum()
+    return (weight * values).mean()
+
+
+def check_priority_weights(owner: str, priority_weights: str | None) -> str | None:
+    if priority_weights is not None and priority_weights not in PRIORITY_WEIGHT_NORMS:
+        raise ValueError(
+            f"{owner}: priority_weights must be None (uniform replay) or one of "
+            f"{PRIORITY_WEIGHT_NORMS}, got {priority_weights!r}."
+        )
+    return priority_weights
 
 
 def read_weight(tensordict: TensorDictBase, key: NestedKey) -> Tensor | None:
@@ -178,6 +209,23 @@ def read_weight(tensordict: TensorDictBase, key: NestedKey) -> Tensor | None:
     if weight is None:
         return None
     return weight.reshape(tensordict.batch_size).detach().to(torch.float32)
+
+
+def importance_weight(
+    tensordict: TensorDictBase, key: NestedKey, priority_weights: str | None, *, owner: str
+) -> Tensor | None:
+    """The batch's importance weights ``[B]`` for a loss built with ``priority_weights``
+    ``"max"``/``"sum"`` (required), ``None`` for uniform replay. A batch that carries weights
+    a loss was built to ignore is an error, not a silently unweighted loss."""
+    if priority_weights is not None:
+        return read_weight(tensordict, key)
+    if tensordict.get(key, None) is not None:
+        raise ValueError(
+            f"{owner}: the batch carries {keys.describe(key)} (prioritized replay's importance "
+            "weights) but the loss was built with priority_weights=None and would ignore "
+            "them: pass priority_weights='max' (Schaul et al.) or 'sum'"
+        )
+    return None
 
 
 def read_transition(tensordict: TensorDictBase, discount_key: NestedKey | None, gamma: float):
@@ -237,8 +285,8 @@ class DQNLoss(LossModule):
     Keys read: the Q network's ``in_keys`` (``observation``) and the same under ``"next"``;
     ``action`` (int64 ``[B]`` or one-hot ``[B, n]``); ``("next", "reward")`` ``[B, 1]``;
     ``("next", "terminated")`` ``[B, 1]``; :data:`BOOTSTRAP_DISCOUNT` ``[B, 1]`` when
-    ``n_steps > 1``; :data:`PRIORITY_WEIGHT` ``[B]`` when present. The Q network writes
-    ``action_value`` ``[B, n]``.
+    ``n_steps > 1``; :data:`PRIORITY_WEIGHT` ``[B]`` when built with ``priority_weights``.
+    The Q network writes ``action_value`` ``[B, n]``.
 
     Returns ``loss_value`` (the TD loss) and detached diagnostics ``value_mean`` (mean
     :math:`Q(s, a)`), ``target_mean`` and ``td_error`` ``[B]`` (:math:`|Q(s,a) - y|`, the
@@ -255,6 +303,11 @@ class DQNLoss(LossModule):
             ``"soft"`` (Polyak with ``tau`` every ``target_period`` steps); see
             :class:`rlkit.modules.TargetNetwork`. Call :meth:`update_target` after each
             optimiser step.
+        priority_weights: ``None`` (uniform replay: no importance weights; a batch carrying
+            them is an error), ``"max"`` (prioritized replay, Schaul et al.: the mean of
+            :math:`w_i \ell_i` with the sampler's max-normalised weights) or ``"sum"``
+            (:math:`\sum_i w_i \ell_i / \sum_i w_i`). With either, the weights are a
+            declared input (``in_keys``).
 
     Example:
         >>> from rlkit.modules import q_critic_discrete
@@ -285,10 +338,12 @@ class DQNLoss(LossModule):
         target_update: str = "hard",
         target_period: int = 1,
         tau: float = 1.0,
+        priority_weights: str | None = None,
     ) -> None:
         super().__init__()
         owner = type(self).__name__
         check_q_network(owner, q_network, keys.ACTION_VALUE, "q_critic_discrete")
+        self.priority_weights = check_priority_weights(owner, priority_weights)
         self.q_network = q_network
         self.gamma = check_float(owner, "gamma", gamma, positive=False)
         if self.gamma > 1:
@@ -315,6 +370,8 @@ class DQNLoss(LossModule):
         found += [self.tensor_keys.action, keys.REWARD, keys.TERMINATED]
         if self.n_steps > 1:
             found.append(self.tensor_keys.bootstrap_discount)
+        if self.priority_weights is not None:
+            found.append(self.tensor_keys.priority_weight)
         return found
 
     def update_target(self) -> bool:
@@ -330,6 +387,8 @@ class DQNLoss(LossModule):
         needs[keys.TERMINATED] = WRITTEN_BY_ENV
         if self.n_steps > 1:
             needs[self.tensor_keys.bootstrap_discount] = WRITTEN_BY_NSTEP
+        if self.priority_weights is not None:
+            needs[self.tensor_keys.priority_weight] = WRITTEN_BY_SAMPLER
         return needs
 
     def _q_values(self, network: nn.Module, tensordict: TensorDictBase) -> Tensor:
@@ -361,9 +420,12 @@ class DQNLoss(LossModule):
             target = dqn_td_target(
                 reward, next_target, terminated, discount=discount, next_q_online=next_online
             )
-        weight = read_weight(tensordict, self.tensor_keys.priority_weight)
+        weight = importance_weight(
+            tensordict, self.tensor_keys.priority_weight, self.priority_weights, owner=owner
+        )
         error = q - target
-        loss = weighted_mean(_pointwise_value_loss(error, self.loss_type), weight)
+        pointwise = _pointwise_value_loss(error, self.loss_type)
+        loss = weighted_mean(pointwise, weight, self.priority_weights or "max")
         out = {
             LOSS_VALUE: loss,
             VALUE_MEAN: q.detach().mean(),
@@ -375,5 +437,5 @@ class DQNLoss(LossModule):
     def extra_repr(self) -> str:
         return (
             f"gamma={self.gamma}, loss_type={self.loss_type!r}, double_dqn={self.double_dqn}, "
-            f"n_steps={self.n_steps}"
+            f"n_steps={self.n_steps}, priority_weights={self.priority_weights!r}"
         )

@@ -1,7 +1,7 @@
 r"""Random Network Distillation (Burda et al. 2018): the exploration bonus, the two-stream
 advantage estimator and the twin-critic PPO loss.
 
-Three pieces, used together by :class:`rlkit.training.rnd.RNDLearner`:
+Four pieces, used together by :class:`rlkit.training.rnd.RNDLearner`:
 
 * :class:`RND` -- a frozen random *target* network :math:`f` and a trained *predictor*
   :math:`\hat f` on normalised, clipped observations. The intrinsic reward of a step is the
@@ -13,6 +13,8 @@ Three pieces, used together by :class:`rlkit.training.rnd.RNDLearner`:
   :func:`non_episodic_gae`.
 * :class:`RNDPPOLoss` -- PPO's clipped surrogate on
   :math:`A = c_E A^E + c_I A^I` and the sum of both value heads' regressions.
+* :class:`RNDPredictorLoss` -- the predictor's distillation loss on a minibatch's next
+  observations, a loss of its own (its own optimiser) trained in lockstep with the PPO loss.
 
 References: Burda, Edwards, Storkey, Klimov 2018, "Exploration by Random Network
 Distillation" (arXiv:1810.12894), section 2.2-2.4 and appendix A.4 (hyperparameters);
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 import torch
 from tensordict import NestedKey, TensorDict, TensorDictBase
 from torch import Tensor, nn
+from torchrl.objectives import LossModule
 
 from rlkit import keys
 from rlkit.modules.networks import mlp
@@ -48,6 +51,7 @@ __all__ = [
     "RND",
     "ReturnScaler",
     "RNDPPOLoss",
+    "RNDPredictorLoss",
     "TwinGAE",
     "continuing_next_value",
     "non_episodic_gae",
@@ -686,3 +690,72 @@ class RNDPPOLoss(PPOLoss):
         self._parts.update(ext=ext, int=intr, int_target=int_target)
         self._parts["int_value"] = int_value.detach()
         return ext + intr
+
+
+LOSS_PREDICTOR = "loss_predictor"
+WRITTEN_BY_COLLECTOR = "the collector writes it (the observation the step returned)"
+
+
+class RNDPredictorLoss(LossModule):
+    r"""RND's predictor loss as a loss module: :meth:`RND.predictor_loss` on the minibatch's
+    *next* observations :math:`s'` (the observations the bonus scores).
+
+    .. math:: \text{loss\_predictor} = \frac{\sum_i m_i\, \lVert \hat f(x'_i) -
+        f(x'_i) \rVert^2 / k}{\max(1, \sum_i m_i)},\qquad m_i \sim
+        \mathrm{Bernoulli}(p)
+
+    Each call draws a fresh mask from :attr:`generator` (``None``: torch's global generator);
+    :class:`~rlkit.training.rnd.RNDLearner` sets it to the run's generator
+    (``Context.generator``) before each update, so a seeded run repeats.
+
+    Keys read: ``keys.NEXT_OBSERVATION`` ``[*, *O]`` (renamable with
+    ``set_keys(next_observation=...)``). Writes ``loss_predictor``; its gradient reaches the
+    predictor only (the target is frozen).
+
+    Args:
+        rnd: the :class:`RND` module whose predictor this trains.
+
+    Example:
+        >>> rnd = RND((2,), num_envs=1, feature_dim=4, target_hidden=(8,), predictor_hidden=(8,))
+        >>> loss = RNDPredictorLoss(rnd)
+        >>> loss.generator = torch.Generator().manual_seed(0)
+        >>> td = TensorDict({keys.NEXT_OBSERVATION: torch.randn(6, 2)}, batch_size=[6])
+        >>> loss(td)["loss_predictor"].backward()
+    """
+
+    @dataclass
+    class _AcceptedKeys:
+        """Input keys, renamable with ``loss.set_keys(name=key)``."""
+
+        next_observation: NestedKey = keys.NEXT_OBSERVATION
+
+    def __init__(self, rnd: RND) -> None:
+        super().__init__()
+        if not isinstance(rnd, RND):
+            raise TypeError(
+                f"RNDPredictorLoss: rnd must be an RND module, got {type(rnd).__name__}"
+            )
+        self.rnd = rnd
+        #: the generator the Bernoulli mask is drawn from (set by the learner)
+        self.generator: torch.Generator | None = None
+
+    @classmethod
+    def default_keys(cls) -> _AcceptedKeys:
+        return cls._AcceptedKeys()
+
+    @property
+    def in_keys(self) -> list[NestedKey]:
+        return [self.tensor_keys.next_observation]
+
+    @property
+    def out_keys(self) -> list[str]:
+        return [LOSS_PREDICTOR]
+
+    def make_value_estimator(self, value_type: object = None, **hyperparams: object) -> None:
+        raise NotImplementedError("RNDPredictorLoss has no value estimator")
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDict:
+        key = self.tensor_keys.next_observation
+        require_keys(tensordict, {key: WRITTEN_BY_COLLECTOR}, owner="RNDPredictorLoss")
+        loss = self.rnd.predictor_loss(tensordict.get(key), generator=self.generator)
+        return TensorDict({LOSS_PREDICTOR: loss}, batch_size=[])

@@ -7,11 +7,13 @@ Gaussian) and :math:`\alpha = e^{\log\alpha}`:
 .. math::
     y &= R + \gamma' (1 - d) \big[\min_{j=1,2} \bar Q_j(s', a') - \alpha \log\pi(a'|s')\big],
         \quad a' \sim \pi(\cdot|s') \\
-    L_Q &= \tfrac12 \sum_{j=1,2} \frac{1}{\sum_i w_i}\sum_i w_i (Q_j(s_i, a_i) - y_i)^2 \\
+    L_Q &= \tfrac12 \sum_{j=1,2} \frac1B \sum_i w_i (Q_j(s_i, a_i) - y_i)^2 \\
     L_\pi &= \frac1B \sum_i \alpha \log\pi(\tilde a_i|s_i) - \min_j Q_j(s_i, \tilde a_i) \\
     L_\alpha &= -\frac1B \sum_i \log\alpha \, \big(\log\pi(\tilde a_i|s_i) + \bar H\big)
 
-with target entropy :math:`\bar H = -\dim(A)` by default. :math:`L_\alpha` lowers
+with prioritized replay's importance weights :math:`w_i` (1 for uniform replay; see
+:class:`~rlkit.objectives.DQNLoss` for their ``"max"``/``"sum"`` normalisation) and target
+entropy :math:`\bar H = -\dim(A)` by default. :math:`L_\alpha` lowers
 :math:`\alpha` when the policy's entropy is above :math:`\bar H` and raises it below.
 
 Discrete actions (:class:`DiscreteSACLoss`; Christodoulou 2019) take the expectations over
@@ -33,7 +35,17 @@ or their sum by one.
 Target networks are :class:`rlkit.modules.TargetNetwork` (Polyak averaging with ``tau``
 every ``target_period`` gradient steps); call :meth:`SACLoss.update_target` after each
 critic step. :math:`\gamma'` is :math:`\gamma`, or the per-sample :math:`\gamma^m` of n-step
-data (:func:`rlkit.objectives.dqn.nstep_transitions`, with ``n_steps > 1``).
+data (:func:`rlkit.objectives.dqn.nstep_transitions`, with ``n_steps > 1``); such a target
+bootstraps after :math:`m` steps but holds no entropy terms of the intermediate steps, so it is
+not the n-step soft target, and :class:`~rlkit.training.offpolicy.SACLearner` refuses it.
+
+Learners train the two parts separately: :meth:`SACLoss.critic_terms` (``loss_qvalue``) steps
+the critics, then :meth:`SACLoss.actor_terms` (``loss_actor``, ``loss_alpha``) the actor and
+temperature against the updated critics; :meth:`SACLoss.critic_view` and
+:meth:`SACLoss.actor_view` present each part as a loss module of its own (``in_keys``,
+``forward`` returning its ``loss_*`` terms) for :func:`rlkit.training.update.update_loop`. A
+subclass adds a term to a part (a CQL-style critic regulariser, say) by overriding
+``critic_terms`` or ``actor_terms`` and returning one more ``loss_*`` entry.
 
 Reference implementations: SB3 ``sac/sac.py`` (``train``), CleanRL ``sac_continuous_action.py``
 and ``sac_atari.py`` (discrete), TorchRL ``objectives/sac.py``.
@@ -61,15 +73,24 @@ from rlkit.objectives.dqn import (
     TD_ERROR,
     WRITTEN_BY_ENV,
     WRITTEN_BY_NSTEP,
+    WRITTEN_BY_SAMPLER,
     call_network,
+    check_priority_weights,
     check_q_network,
+    importance_weight,
     read_discrete_action,
     read_transition,
-    read_weight,
     weighted_mean,
 )
 
-__all__ = ["DiscreteSACLoss", "SACLoss", "sac_critic_target", "tanh_normal_rsample"]
+__all__ = [
+    "DiscreteSACLoss",
+    "SACActorTerms",
+    "SACCriticTerms",
+    "SACLoss",
+    "sac_critic_target",
+    "tanh_normal_rsample",
+]
 
 LOSS_QVALUE = "loss_qvalue"
 LOSS_ACTOR = "loss_actor"
@@ -197,9 +218,11 @@ class _SACBase(LossModule):
         learn_alpha: bool = True,
         target_entropy: float | None = None,
         n_steps: int = 1,
+        priority_weights: str | None = None,
     ) -> None:
         super().__init__()
         owner = type(self).__name__
+        self.priority_weights = check_priority_weights(owner, priority_weights)
         if not (isinstance(actor, nn.Module) and callable(getattr(actor, "get_dist", None))):
             raise TypeError(
                 f"{owner}: actor must be a TorchRL ProbabilisticActor (get_dist, in_keys), "
@@ -259,6 +282,57 @@ class _SACBase(LossModule):
     def critic_parameters(self) -> list[nn.Parameter]:
         return [*self.q1.parameters(), *self.q2.parameters()]
 
+    # -- the two parts, as learners train them -------------------------------------------------
+    def _q_inputs(self) -> list[NestedKey]:
+        """What the Q networks read besides the action they are given."""
+        action = self.tensor_keys.action
+        return [k for q in (self.q1, self.q2) for k in q.in_keys if k != action]
+
+    @property
+    def critic_in_keys(self) -> list[NestedKey]:
+        """Keys :meth:`critic_terms` reads."""
+        now = [*self.actor.in_keys, *self._q_inputs()]
+        found = [*now, *((keys.NEXT, *((k,) if isinstance(k, str) else k)) for k in now)]
+        found += [self.tensor_keys.action, keys.REWARD, keys.TERMINATED]
+        if self.n_steps > 1:
+            found.append(self.tensor_keys.bootstrap_discount)
+        if self.priority_weights is not None:
+            found.append(self.tensor_keys.priority_weight)
+        return list(dict.fromkeys(found))
+
+    @property
+    def actor_in_keys(self) -> list[NestedKey]:
+        """Keys :meth:`actor_terms` reads."""
+        return list(dict.fromkeys([*self.actor.in_keys, *self._q_inputs()]))
+
+    @property
+    def in_keys(self) -> list[NestedKey]:
+        return list(dict.fromkeys([*self.critic_in_keys, *self.actor_in_keys]))
+
+    def critic_terms(self, tensordict: TensorDictBase) -> TensorDict:
+        """The critics' part: ``loss_qvalue`` and detached ``value_mean``, ``td_error`` ``[B]``.
+
+        A learner steps the critics on every ``loss_*`` term returned here; a subclass adds a
+        critic term by overriding this and setting one more ``loss_*`` entry."""
+        loss_q, info = self.qvalue_loss(tensordict)
+        return TensorDict({LOSS_QVALUE: loss_q, **info}, batch_size=[])
+
+    def actor_terms(self, tensordict: TensorDictBase) -> TensorDict:
+        """The actor's and temperature's part: ``loss_actor``, ``loss_alpha`` and detached
+        ``entropy``, ``alpha``. A learner steps actor and :math:`\\log\\alpha` on every
+        ``loss_*`` term returned here."""
+        loss_pi, gap, info = self.actor_loss(tensordict)
+        out = {LOSS_ACTOR: loss_pi, LOSS_ALPHA: self.alpha_loss(gap), **info, ALPHA: self.alpha}
+        return TensorDict(out, batch_size=[])
+
+    def critic_view(self) -> SACCriticTerms:
+        """:meth:`critic_terms` as a loss module of its own (for a loss group)."""
+        return SACCriticTerms(self)
+
+    def actor_view(self) -> SACActorTerms:
+        """:meth:`actor_terms` as a loss module of its own (for a loss group)."""
+        return SACActorTerms(self)
+
     def update_target(self) -> None:
         """Count one critic step on both target networks; Polyak-update them when due."""
         self.q1_target.step()
@@ -274,6 +348,8 @@ class _SACBase(LossModule):
             needs[keys.TERMINATED] = WRITTEN_BY_ENV
             if self.n_steps > 1:
                 needs[self.tensor_keys.bootstrap_discount] = WRITTEN_BY_NSTEP
+            if self.priority_weights is not None:
+                needs[self.tensor_keys.priority_weight] = WRITTEN_BY_SAMPLER
         return needs
 
     def _transition(self, tensordict: TensorDictBase):
@@ -288,20 +364,24 @@ class _SACBase(LossModule):
         return self.log_alpha * entropy_gap.detach().mean()
 
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
-        """All three losses on one batch (the actor loss sees the critics before their step)."""
-        loss_q, q_info = self.qvalue_loss(tensordict)
-        loss_pi, gap, pi_info = self.actor_loss(tensordict)
-        out = {LOSS_QVALUE: loss_q, LOSS_ACTOR: loss_pi, LOSS_ALPHA: self.alpha_loss(gap)}
-        out |= q_info | pi_info | {ALPHA: self.alpha}
-        return TensorDict(out, batch_size=[])
+        """Both parts on one batch (the actor's terms see the critics before their step)."""
+        out = self.critic_terms(tensordict)
+        out.update(self.actor_terms(tensordict))
+        return out
 
     def _read_weight(self, tensordict: TensorDictBase) -> Tensor | None:
-        return read_weight(tensordict, self.tensor_keys.priority_weight)
+        return importance_weight(
+            tensordict,
+            self.tensor_keys.priority_weight,
+            self.priority_weights,
+            owner=type(self).__name__,
+        )
 
     def _twin_regression(self, q1: Tensor, q2: Tensor, target: Tensor, weight):
+        norm = self.priority_weights or "max"
         loss = 0.5 * (
-            weighted_mean((q1 - target).square(), weight)
-            + weighted_mean((q2 - target).square(), weight)
+            weighted_mean((q1 - target).square(), weight, norm)
+            + weighted_mean((q2 - target).square(), weight, norm)
         )
         info = {
             VALUE_MEAN: (0.5 * (q1 + q2)).detach().mean(),
@@ -312,8 +392,43 @@ class _SACBase(LossModule):
     def extra_repr(self) -> str:
         return (
             f"gamma={self.gamma}, target_entropy={self.target_entropy:.4g}, "
-            f"learn_alpha={self.learn_alpha}, n_steps={self.n_steps}"
+            f"learn_alpha={self.learn_alpha}, n_steps={self.n_steps}, "
+            f"priority_weights={self.priority_weights!r}"
         )
+
+
+class _SACPart(nn.Module):
+    """A view of one part of a SAC loss as a loss module: ``in_keys`` and a ``forward`` that
+    returns the part's ``loss_*`` terms. It owns nothing: the SAC loss holds the networks."""
+
+    def __init__(self, sac: _SACBase) -> None:
+        super().__init__()
+        self.__dict__["sac"] = sac  # not a submodule: the loss stays the one owner
+
+    def extra_repr(self) -> str:
+        return f"of {type(self.sac).__name__}"
+
+
+class SACCriticTerms(_SACPart):
+    """The critics' part of a SAC loss (:meth:`SACLoss.critic_terms`)."""
+
+    @property
+    def in_keys(self) -> list[NestedKey]:
+        return self.sac.critic_in_keys
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDict:
+        return self.sac.critic_terms(tensordict)
+
+
+class SACActorTerms(_SACPart):
+    """The actor's and temperature's part of a SAC loss (:meth:`SACLoss.actor_terms`)."""
+
+    @property
+    def in_keys(self) -> list[NestedKey]:
+        return self.sac.actor_in_keys
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDict:
+        return self.sac.actor_terms(tensordict)
 
 
 class SACLoss(_SACBase):
@@ -322,13 +437,13 @@ class SACLoss(_SACBase):
     Keys read: the actor's ``in_keys`` (``observation``) and the same under ``"next"``;
     ``action`` ``[B, d]``; ``("next", "reward")`` / ``("next", "terminated")`` ``[B, 1]``;
     :data:`~rlkit.objectives.dqn.BOOTSTRAP_DISCOUNT` when ``n_steps > 1``;
-    :data:`~rlkit.objectives.dqn.PRIORITY_WEIGHT` ``[B]`` when present (weights
-    :math:`L_Q`). The Q networks read ``observation`` and ``action`` and write
-    ``state_action_value`` ``[B, 1]``.
+    :data:`~rlkit.objectives.dqn.PRIORITY_WEIGHT` ``[B]`` when built with ``priority_weights``
+    (weights :math:`L_Q`, as :class:`~rlkit.objectives.DQNLoss`). The Q networks read
+    ``observation`` and ``action`` and write ``state_action_value`` ``[B, 1]``.
 
     Returns ``loss_qvalue``, ``loss_actor``, ``loss_alpha`` and detached diagnostics
     ``alpha``, ``entropy`` (:math:`-\mathrm{mean}\log\pi`), ``value_mean``, ``td_error``
-    ``[B]``. :meth:`qvalue_loss` and :meth:`actor_loss` compute the parts separately (the
+    ``[B]``. :meth:`critic_terms` and :meth:`actor_terms` compute the parts separately (the
     learner steps the critics first, then the actor against the updated critics, as SB3).
 
     Args:
@@ -340,7 +455,9 @@ class SACLoss(_SACBase):
         alpha_init: initial temperature (1.0, SB3's ``ent_coef="auto"``).
         learn_alpha: learn :math:`\log\alpha` (else a fixed temperature).
         target_entropy: :math:`\bar H`; default :math:`-\dim(A)`.
-        n_steps: read per-sample n-step discounts.
+        n_steps: read per-sample n-step discounts (no intermediate entropy terms).
+        priority_weights: ``None``, ``"max"`` or ``"sum"``: prioritized replay's importance
+            weights on :math:`L_Q`, as :class:`~rlkit.objectives.DQNLoss`.
     """
 
     def _check_action_space(self, actor: nn.Module) -> None:

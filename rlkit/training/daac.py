@@ -4,6 +4,7 @@ Decoupled Advantage Actor-Critic (Raileanu & Fergus 2021, Algorithm 1)::
 
     for each batch
         collect with pi_theta; GAE with the value network V_phi -> advantage, value target
+        standardise the advantage over the batch (--advantage-norm batch, the authors' code)
         policy_epochs x minibatches:  theta <- theta - lr grad [ L_clip - alpha_s H
                                                                  + alpha_a (A_theta(s,a) - A)^2 ]
         every value_freq batches:
@@ -29,17 +30,12 @@ from tensordict.nn import TensorDictModule
 from torch import nn
 
 from rlkit import keys
-from rlkit.objectives.daac import ADVANTAGE_TARGETS
+from rlkit.objectives.daac import ADVANTAGE_NORMS, ADVANTAGE_TARGETS
 from rlkit.training import schedules
 from rlkit.training.config import non_negative, positive
 from rlkit.training.engine import Context
-from rlkit.training.onpolicy import (
-    ClipConfig,
-    Normalize,
-    PolicyGradientLearner,
-    _Mean,
-    make_optimizer,
-)
+from rlkit.training.onpolicy import ClipConfig, Normalize, PolicyGradientLearner, make_optimizer
+from rlkit.training.update import LossGroup, update_loop
 
 __all__ = [
     "ActionAdvantage",
@@ -74,6 +70,17 @@ class DAACConfig(ClipConfig):
             "advantage head target: normalized (the advantage the surrogate uses, as the "
             "authors' code) or raw (the GAE advantage, as the paper's text)",
             choices=ADVANTAGE_TARGETS,
+        ),
+    )
+    normalize_advantage: bool = field(
+        default=True, metadata=_help("standardise advantages (over what: --advantage-norm)")
+    )
+    advantage_norm: str = field(
+        default="batch",
+        metadata=_help(
+            "standardise the advantage (the surrogate's and the advantage head's normalized "
+            "target) once per batch, as the authors' code does, or per minibatch",
+            choices=ADVANTAGE_NORMS,
         ),
     )
     adv_hidden: tuple[int, ...] | None = field(
@@ -237,9 +244,12 @@ class DAACLearner(PolicyGradientLearner):
 
     Optimisers: ``optimizer`` over the policy network (trunk, policy head, advantage head),
     ``value_optimizer`` over the value network, at ``--value-lr`` times the policy learning
-    rate's schedule ratio. Per batch: ``--epochs`` passes of the policy loss, then (every
+    rate's schedule ratio. Per batch: the advantage standardised over the batch
+    (``--advantage-norm batch``), ``--epochs`` passes of the policy loss, then (every
     ``--value-freq`` batches, counting from the first) ``--value-epochs`` passes of the value
-    loss, each over the same GAE targets, in minibatches of ``--minibatch-size``.
+    loss, each over the same GAE targets, in minibatches of ``--minibatch-size``: two
+    :func:`~rlkit.training.update.update_loop` calls, one :class:`LossGroup` each
+    (:meth:`loss_groups`).
     """
 
     def __init__(
@@ -294,49 +304,38 @@ class DAACLearner(PolicyGradientLearner):
         schedules.set_lr(self.value_optimizer, value_lr)
         return out | {"value_lr": value_lr}
 
+    def loss_groups(self) -> list[LossGroup]:
+        """``[policy, value]``: trained one after the other, not in lockstep."""
+        if not hasattr(self, "_groups"):
+            cfg = self.cfg
+            self._groups = [
+                LossGroup(
+                    "policy",
+                    self.loss,
+                    self.optimizer,
+                    epochs=cfg.epochs,
+                    max_grad_norm=cfg.max_grad_norm,
+                ),
+                LossGroup(
+                    "value",
+                    self.value_loss,
+                    self.value_optimizer,
+                    epochs=cfg.value_epochs,
+                    max_grad_norm=cfg.max_grad_norm,
+                    grad_name="value_grad_norm",
+                ),
+            ]
+        return self._groups
+
     def update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
-        cfg = self.cfg
         sched = self.apply_schedules(ctx.progress)
         with torch.no_grad():
             self.estimator(batch)  # GAE with the value network; writes state_value too
-        needed = list(dict.fromkeys([*self.loss.in_keys, *self.value_loss.in_keys]))
-        flat = batch.reshape(-1).select(*needed, strict=False)
-        result = self._phase(self.loss, self.optimizer, flat, cfg.epochs, ctx, "grad_norm")
-        if self.batches_seen % cfg.value_freq == 0:
-            result |= self._phase(
-                self.value_loss,
-                self.value_optimizer,
-                flat,
-                cfg.value_epochs,
-                ctx,
-                "value_grad_norm",
-            )
+        flat = self.loss.standardize_batch(batch.reshape(-1))
+        policy, value = self.loss_groups()
+        result = update_loop([policy], flat, ctx, minibatches=self._minibatches)
+        if self.batches_seen % self.cfg.value_freq == 0:
+            result |= update_loop([value], flat, ctx, minibatches=self._minibatches)
         self.batches_seen += 1
-        if self.kl_lr is not None and "approx_kl" in result:
-            self.kl_lr.update(float(ctx.all_reduce_mean(torch.tensor(result["approx_kl"]))))
-        if self.obs_norm is not None:
-            # every rank merges all ranks' observations, so statistics stay identical
-            self.obs_norm.update(ctx.all_gather(batch.get(keys.OBSERVATION)))
+        self.after_update(batch, result, ctx)
         return result | sched
-
-    def _phase(
-        self,
-        loss: nn.Module,
-        optimizer: torch.optim.Optimizer,
-        flat: TensorDictBase,
-        epochs: int,
-        ctx: Context,
-        grad_name: str,
-    ) -> dict[str, float]:
-        """``epochs`` passes of minibatches of ``loss``; diagnostics from the last pass."""
-        stats = _Mean()
-        for epoch in range(epochs):
-            loss.diagnostics = epoch == epochs - 1
-            for minibatch in self._minibatches(flat, ctx.generator):
-                out = loss(minibatch)
-                total = sum(v for k, v in out.items() if k.startswith("loss_"))
-                norm = ctx.optimize(total, optimizer, max_grad_norm=self.cfg.max_grad_norm)
-                if loss.diagnostics:
-                    stats.add({k: v for k, v in out.items() if v.numel() == 1})
-                    stats.add({grad_name: norm})
-        return stats.result()

@@ -6,7 +6,8 @@ The loop the engine runs, per collected batch of ``num_envs x steps_per_batch`` 
     if the buffer holds >= learning_starts transitions (this rank's share):
         repeat utd_ratio x frames-of-this-batch times (fractions carried to the next batch):
             sample a minibatch (uniform, or prioritized with importance weights)
-            [standardise / scale its rewards] -> loss -> optimiser step(s) -> target update
+            [standardise / scale its rewards] -> update_loop over the loss groups
+            (every loss_* term optimised) -> target update
             [new priorities |TD error| for prioritized replay]
     exploration: uniform random actions until learning_starts frames, then
                  epsilon (linear or exponential decay) for DQN, the stochastic policy for SAC
@@ -24,13 +25,23 @@ not change between the minibatches, so this is the same distribution as one call
 a fraction of the per-call cost); prioritized sampling draws one minibatch per step through
 the ``PrioritizedSampler``, as priorities change after each.
 
-No algorithm maths lives here: :class:`~rlkit.objectives.DQNLoss` and
+n-step transitions (``n_steps > 1``, DQN) are built over the stream of batches: the last
+``n - 1`` steps of each env wait for the next batch, so a window is cut only by its episode's
+end, never by a batch boundary (each transition is stored ``n - 1`` steps later).
+
+Gradient steps go through :func:`rlkit.training.update.update_loop`: DQN is one loss group (the
+Q network's Adam on every ``loss_*`` term of the loss), SAC two, called one after the other on
+the same minibatch: the critics on :meth:`~rlkit.objectives.SACLoss.critic_terms`, then (every
+``policy_delay`` steps, against the updated critics) actor and temperature on
+:meth:`~rlkit.objectives.SACLoss.actor_terms`. A term a subclass adds is optimised, never
+dropped. No algorithm maths lives here: :class:`~rlkit.objectives.DQNLoss` and
 :class:`~rlkit.objectives.SACLoss` hold it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import math
 from collections.abc import Iterator, Mapping
@@ -42,11 +53,16 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from rlkit import keys
-from rlkit.objectives.dqn import TD_ERROR, call_network, nstep_transitions
+from rlkit.objectives.dqn import (
+    PRIORITY_WEIGHT_NORMS,
+    TD_ERROR,
+    call_network,
+    nstep_transitions,
+)
 from rlkit.training import schedules
 from rlkit.training.config import TrainConfig, in_unit_interval, non_negative, positive
 from rlkit.training.engine import Context, Learner
-from rlkit.training.onpolicy import _Mean
+from rlkit.training.update import LossContractError, LossGroup, MeanMetrics, update_loop
 
 
 def _help(text: str, **kw: Any) -> dict[str, Any]:
@@ -83,6 +99,14 @@ class OffPolicyConfig(TrainConfig):
         default=0.4, metadata=_help("PER importance exponent beta, annealed linearly to 1")
     )
     priority_eps: float = field(default=1e-6, metadata=_help("added to |TD error| priorities"))
+    priority_weight_norm: str = field(
+        default="max",
+        metadata=_help(
+            "PER importance-weight normalisation: max (Schaul et al.: mean(w / max w * "
+            "loss)) or sum (sum(w * loss) / sum(w))",
+            choices=PRIORITY_WEIGHT_NORMS,
+        ),
+    )
     save_buffer: bool = field(
         default=True,
         metadata=_help("store the replay buffer in checkpoints (resume without refill)"),
@@ -110,6 +134,11 @@ class OffPolicyConfig(TrainConfig):
         non_negative(self, "learning_starts", "max_grad_norm")
         in_unit_interval(self, "gamma", "priority_beta")
         in_unit_interval(self, "priority_alpha", closed_low=False)
+        if self.priority_weight_norm not in PRIORITY_WEIGHT_NORMS:
+            raise ValueError(
+                f"--priority-weight-norm must be one of {PRIORITY_WEIGHT_NORMS}, got "
+                f"{self.priority_weight_norm!r}"
+            )
         if self.batch_size > self.buffer_size:
             raise ValueError(
                 f"--batch-size {self.batch_size} is larger than --buffer-size "
@@ -262,6 +291,8 @@ _STORED = (
     keys.REWARD,
     keys.TERMINATED,
 )
+#: What n-step transitions are built from (``done`` ends a window).
+_NSTEP_READ = (*_STORED, keys.DONE)
 
 
 class Replay:
@@ -427,6 +458,7 @@ class OffPolicyLearner(Learner):
         self.batches = 0
         self.credit = 0.0  # fractional gradient steps carried to the next batch
         self.gradient_steps = 0
+        self.nstep_tail: TensorDictBase | None = None  # [N, < n] steps awaiting their window
 
     # ---------------------------------------------------------------- Learner interface
     def modules(self) -> dict[str, nn.Module]:
@@ -454,6 +486,9 @@ class OffPolicyLearner(Learner):
         }
         if self.cfg.save_buffer and self.replay is not None:
             state["buffer"] = self.replay.state_dict()
+            if self.nstep_tail is not None:
+                tail = self.nstep_tail
+                state["nstep_tail"] = {"shape": list(tail.shape), "rows": tail.to_dict()}
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -462,6 +497,8 @@ class OffPolicyLearner(Learner):
         self.credit = float(state.get("credit", 0.0))
         self.gradient_steps = int(state.get("gradient_steps", 0))
         self._pending_buffer = state.get("buffer")
+        tail = state.get("nstep_tail")
+        self.nstep_tail = None if tail is None else TensorDict(tail["rows"], tail["shape"])
         self.explore.epsilon = self.exploration_epsilon(self.frames, self.batches)
 
     # ---------------------------------------------------------------- to override
@@ -490,10 +527,25 @@ class OffPolicyLearner(Learner):
         return self.replay
 
     def transitions(self, batch: TensorDictBase) -> TensorDictBase:
-        """``[N, T]`` collector batch -> ``[N * T]`` stored transitions."""
-        if self.cfg.n_steps > 1:
-            return nstep_transitions(batch, n=self.cfg.n_steps, gamma=self.cfg.gamma)
-        return batch.select(*_STORED).reshape(-1)
+        """``[N, T]`` collector batch -> stored transitions: ``[N * T]`` one-step ones, or,
+        with ``n_steps > 1``, the n-step transitions whose window the stream now holds.
+
+        n-step: the previous batch's last ``n - 1`` steps of each env (:attr:`nstep_tail`)
+        go first, so a window spans batch boundaries and stops only at a done step; a step's
+        transition is emitted once its ``n`` steps are collected (``N * T`` per batch in the
+        steady state, ``N * (T - n + 1)`` in the first).
+        """
+        n = self.cfg.n_steps
+        if n == 1:
+            return batch.select(*_STORED).reshape(-1)
+        steps = batch.select(*_NSTEP_READ)
+        tail = self.nstep_tail
+        if tail is not None and tail.shape[0] == steps.shape[0]:
+            steps = torch.cat([tail.to(steps.device), steps], dim=1)
+        ready = max(0, steps.shape[1] - n + 1)
+        self.nstep_tail = steps[:, ready:].clone()
+        out = nstep_transitions(steps, n=n, gamma=self.cfg.gamma)
+        return out.reshape(steps.shape)[:, :ready].reshape(steps.shape[0] * ready)
 
     def prepare(self, sample: TensorDictBase) -> TensorDictBase:
         """Reward scaling / standardisation of a sampled minibatch (the buffer is untouched)."""
@@ -509,10 +561,12 @@ class OffPolicyLearner(Learner):
     def update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
         cfg = self.cfg
         replay = self._replay(ctx)
-        replay.extend(self.transitions(batch))
+        transitions = self.transitions(batch)
+        if transitions.numel():
+            replay.extend(transitions)
         self.frames += batch.numel() * ctx.world_size
         self.batches += 1
-        stats = _Mean()
+        stats = MeanMetrics()
         start = math.ceil(cfg.learning_starts / ctx.world_size)
         if len(replay) >= max(start, cfg.batch_size):
             self.credit += cfg.utd_ratio * batch.numel()
@@ -523,7 +577,13 @@ class OffPolicyLearner(Learner):
             for sample in replay.minibatches(steps, cfg.batch_size):
                 info = self.train_step(self.prepare(sample), ctx)
                 td_error = info.pop(TD_ERROR, None)
-                if cfg.prioritized and td_error is not None:
+                if cfg.prioritized:
+                    if td_error is None:
+                        raise LossContractError(
+                            f"--prioritized sets new priorities from the loss's {TD_ERROR!r} "
+                            f"[batch], which {type(getattr(self, 'loss', self)).__name__} does "
+                            "not return"
+                        )
                     replay.update_priority(sample.get("index"), td_error + cfg.priority_eps)
                 stats.add(info)
                 self.gradient_steps += 1
@@ -551,8 +611,32 @@ def _adam(groups, cfg: OffPolicyConfig) -> torch.optim.Optimizer:
     return torch.optim.Adam(groups, lr=cfg.lr, eps=cfg.adam_eps, fused=True)
 
 
-def _detached(out: Mapping[str, torch.Tensor], names: tuple[str, ...]) -> dict[str, Any]:
-    return {k: out[k].detach() for k in names if k in out}
+class _LastOutput:
+    """Keeps the last output of a loss module (a forward hook): the ``td_error`` ``[B]`` of
+    the step just taken, for prioritized replay (the update loop returns scalars only)."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self.value: TensorDictBase | None = None
+        module.register_forward_hook(self._keep)
+
+    def _keep(self, module: nn.Module, args: Any, output: TensorDictBase) -> None:
+        self.value = output
+
+    def td_error(self) -> torch.Tensor | None:
+        return None if self.value is None else self.value.get(TD_ERROR, None)
+
+
+def _check_priority_weights(cfg: OffPolicyConfig, loss: nn.Module) -> None:
+    """The loss weights by prioritized replay's importance weights exactly as the flags say."""
+    wanted = cfg.priority_weight_norm if cfg.prioritized else None
+    built = getattr(loss, "priority_weights", None)
+    if built != wanted:
+        raise ValueError(
+            f"--prioritized {cfg.prioritized} --priority-weight-norm {cfg.priority_weight_norm} "
+            f"needs a loss built with priority_weights={wanted!r}, but "
+            f"{type(loss).__name__} has priority_weights={built!r}: build the loss with "
+            f"priority_weights={wanted!r}"
+        )
 
 
 @dataclass(frozen=True)
@@ -600,10 +684,16 @@ class DQNLearner(OffPolicyLearner):
     def __init__(self, *, cfg: OffPolicyConfig, loss: nn.Module, action_spec, epsilon) -> None:
         from torchrl.data import OneHot
 
+        _check_priority_weights(cfg, loss)
         self.loss, self.epsilon = loss, epsilon
         one_hot = isinstance(action_spec, OneHot)
         greedy = GreedyQPolicy(loss.q_network, one_hot=one_hot, dtype=action_spec.dtype)
         self.optimizer = _adam(loss.q_network.parameters(), cfg)
+        #: one group: the Q network's Adam on every ``loss_*`` term of the loss
+        self.groups = [
+            LossGroup("q", loss, self.optimizer, max_grad_norm=cfg.max_grad_norm or None)
+        ]
+        self._output = _LastOutput(loss)
         super().__init__(
             algo="dqn",
             cfg=cfg,
@@ -620,19 +710,22 @@ class DQNLearner(OffPolicyLearner):
         return self.epsilon.value(progress=frames / self.cfg.total_frames, batches=batches)
 
     def train_step(self, sample: TensorDictBase, ctx: Context) -> dict[str, Any]:
-        out = self.loss(sample)
-        grad_norm = ctx.optimize(
-            out["loss_value"], self.optimizer, max_grad_norm=self.cfg.max_grad_norm or None
-        )
+        info = update_loop(self.groups, sample, ctx)
         self.loss.update_target()
-        info = _detached(out, ("loss_value", "value_mean", "target_mean"))
-        return info | {"grad_norm": grad_norm, TD_ERROR: out[TD_ERROR]}
+        return info | {TD_ERROR: self._output.td_error()}
 
 
 class SACLearner(OffPolicyLearner):
     """SAC: critic step on :math:`L_Q`, target Polyak step, then (every ``policy_delay``
     gradient steps) one step of actor and temperature on :math:`L_\\pi + L_\\alpha` against
     the updated critics (SB3's order).
+
+    Two loss groups, each a call of :func:`~rlkit.training.update.update_loop` on the sampled
+    minibatch: ``"critic"`` sums every ``loss_*`` term of the loss's
+    :meth:`~rlkit.objectives.SACLoss.critic_terms`, ``"actor"`` every one of its
+    :meth:`~rlkit.objectives.SACLoss.actor_terms` (so a term a subclass adds to either is
+    optimised). A loss that overrides ``forward`` is refused: the learner never calls it.
+    ``n_steps > 1`` is refused: the soft n-step target needs the intermediate entropy terms.
 
     Two Adam optimisers: ``"critic"`` (both Q networks) and ``"actor"`` (actor, and
     :math:`\\log\\alpha` as a second parameter group with ``alpha_lr``). Checkpointed module:
@@ -653,12 +746,31 @@ class SACLearner(OffPolicyLearner):
     ) -> None:
         if isinstance(policy_delay, bool) or not isinstance(policy_delay, int) or policy_delay < 1:
             raise ValueError(f"--policy-delay must be an int >= 1, got {policy_delay!r}")
+        check_sac_n_steps(max(cfg.n_steps, getattr(loss, "n_steps", 1)))
+        _check_sac_forward(loss)
+        _check_priority_weights(cfg, loss)
         self.loss, self.policy_delay = loss, policy_delay
         self.critic_optimizer = _adam(loss.critic_parameters(), cfg)
         groups = [{"params": list(loss.actor.parameters()), "lr": actor_lr or cfg.lr}]
         if loss.learn_alpha:
             groups.append({"params": [loss.log_alpha], "lr": alpha_lr or cfg.lr})
         self.actor_optimizer = _adam(groups, cfg)
+        clip = cfg.max_grad_norm or None
+        self.critic_group = LossGroup(
+            "critic",
+            loss.critic_view(),
+            self.critic_optimizer,
+            max_grad_norm=clip,
+            grad_name="grad_norm_critic",
+        )
+        self.actor_group = LossGroup(
+            "actor",
+            loss.actor_view(),
+            self.actor_optimizer,
+            max_grad_norm=clip,
+            grad_name="grad_norm_actor",
+        )
+        self._critic_output = _LastOutput(self.critic_group.loss)
         try:
             policy = TanhActorPolicy(loss.actor)
         except TypeError:  # categorical or custom actors run as they are
@@ -674,15 +786,33 @@ class SACLearner(OffPolicyLearner):
         )
 
     def train_step(self, sample: TensorDictBase, ctx: Context) -> dict[str, Any]:
-        clip = self.cfg.max_grad_norm or None
-        loss_q, q_info = self.loss.qvalue_loss(sample)
-        info: dict[str, Any] = {"loss_qvalue": loss_q.detach(), "value_mean": q_info["value_mean"]}
-        info["grad_norm_critic"] = ctx.optimize(loss_q, self.critic_optimizer, max_grad_norm=clip)
+        info: dict[str, Any] = update_loop([self.critic_group], sample, ctx)
+        td_error = self._critic_output.td_error()
         self.loss.update_target()
         if self.gradient_steps % self.policy_delay == 0:
-            loss_pi, gap, pi_info = self.loss.actor_loss(sample)
-            loss_alpha = self.loss.alpha_loss(gap)
-            ctx.optimize(loss_pi + loss_alpha, self.actor_optimizer, max_grad_norm=clip)
-            info |= {"loss_actor": loss_pi.detach(), "loss_alpha": loss_alpha.detach()}
-            info |= {"entropy": pi_info["entropy"], "alpha": self.loss.alpha}
-        return info | {TD_ERROR: q_info[TD_ERROR]}
+            info |= update_loop([self.actor_group], sample, ctx)
+            info["alpha"] = self.loss.alpha  # after the temperature's step
+        return info | {TD_ERROR: td_error}
+
+
+def check_sac_n_steps(n_steps: int) -> None:
+    """SAC trains on one-step soft targets only (refuses ``--n-steps > 1``)."""
+    if n_steps > 1:
+        raise ValueError(
+            f"--n-steps {n_steps}: SAC trains on one-step soft targets only (an n-step soft "
+            "target needs the entropy terms of the intermediate steps, which the replay does "
+            "not hold); use --n-steps 1"
+        )
+
+
+def _check_sac_forward(loss: nn.Module) -> None:
+    from rlkit.objectives.sac import _SACBase
+
+    overridden = inspect.unwrap(type(loss).forward) is not inspect.unwrap(_SACBase.forward)
+    if isinstance(loss, _SACBase) and overridden:
+        raise TypeError(
+            f"{type(loss).__name__} overrides forward, which SACLearner never calls: it steps "
+            "the critics on loss.critic_terms(td), then actor and temperature on "
+            "loss.actor_terms(td) against the updated critics. Add a loss_* term by "
+            "overriding critic_terms or actor_terms instead"
+        )

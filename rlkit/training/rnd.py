@@ -8,16 +8,17 @@ Per collected batch ``[N, T]`` (Burda et al. 2018, Algorithm 1)::
      discounted episodic return (rlkit.modules.RewardNorm)]
     TwinGAE: A_ext, V_ext target (episodic, gamma_ext); A_int, V_int target
              (non-episodic, gamma_int)
-    for epoch in 1..epochs, for each minibatch:
-        PPO clipped surrogate on ext_coef * A_ext + int_coef * A_int
-          + value_coef * (ext head + int head regressions) + entropy bonus   -> optimizer
-        predictor MSE on a random update_proportion of the minibatch          -> predictor opt.
+    for epoch in 1..epochs, for each minibatch (update_loop, two loss groups in lockstep):
+        "policy":    PPO clipped surrogate on ext_coef * A_ext + int_coef * A_int
+                     + value_coef * (ext head + int head regressions) + entropy -> optimizer
+        "predictor": predictor MSE on s' of a random update_proportion of the
+                     minibatch (RNDPredictorLoss)                             -> predictor opt.
 
 The twin critic is **one value network with two heads** (a shared MLP trunk, a linear
 layer with two outputs: extrinsic and intrinsic), as in the paper's policy (whose trunk
 is also shared with the policy head; here the actor stays separate, as in rlkit's PPO).
 
-Multi-device: gradients of both optimisers are all-reduced by ``Context.optimize``; the
+Multi-device: gradients of both optimisers are all-reduced by ``Context.step_optimizer``; the
 observation and return statistics are merged from ``Context.all_gather``-ed data, so every
 rank holds the same statistics and the same parameters.
 """
@@ -34,16 +35,11 @@ from tensordict.nn import TensorDictModule
 from torch import nn
 
 from rlkit import keys
-from rlkit.objectives.rnd import RND
+from rlkit.objectives.rnd import RND, RNDPredictorLoss
 from rlkit.training.config import in_unit_interval, non_negative, positive
 from rlkit.training.engine import Context
-from rlkit.training.onpolicy import (
-    ClipConfig,
-    Normalize,
-    PolicyGradientLearner,
-    _Mean,
-    make_optimizer,
-)
+from rlkit.training.onpolicy import ClipConfig, Normalize, PolicyGradientLearner, make_optimizer
+from rlkit.training.update import LossGroup
 
 __all__ = ["RNDConfig", "RNDLearner", "TwinValueHead", "build_rnd_networks", "twin_value_critic"]
 
@@ -172,6 +168,9 @@ class RNDLearner(PolicyGradientLearner):
         loss: :class:`~rlkit.objectives.rnd.RNDPPOLoss`.
         cfg: an :class:`RNDConfig`.
         obs_norm, loss_schedules: as for :class:`PolicyGradientLearner`.
+        predictor_loss: the predictor's loss (default
+            :class:`~rlkit.objectives.rnd.RNDPredictorLoss` over ``rnd``); its mask is drawn
+            from the run's generator.
 
     Modules (checkpointed): ``actor``, ``critic``, ``obs_norm`` (when used) and ``rnd``
     (target, predictor, observation / return statistics and the per-env discounted
@@ -191,6 +190,7 @@ class RNDLearner(PolicyGradientLearner):
         cfg: RNDConfig,
         obs_norm: nn.Module | None = None,
         loss_schedules: Mapping[str, tuple[float, float]] | None = None,
+        predictor_loss: nn.Module | None = None,
     ) -> None:
         super().__init__(
             algo="rnd",
@@ -203,6 +203,7 @@ class RNDLearner(PolicyGradientLearner):
             loss_schedules=loss_schedules,
         )
         self.rnd = rnd
+        self.predictor_loss = RNDPredictorLoss(rnd) if predictor_loss is None else predictor_loss
         predictor_cfg = cfg if cfg.predictor_lr is None else _with_lr(cfg, cfg.predictor_lr)
         self.predictor_optimizer = make_optimizer(predictor_cfg, rnd.predictor.parameters())
 
@@ -240,35 +241,27 @@ class RNDLearner(PolicyGradientLearner):
         }
         return out
 
+    def loss_groups(self) -> list[LossGroup]:
+        """``[policy, predictor]``, in lockstep over the same minibatches for ``--epochs``."""
+        if not hasattr(self, "_groups"):
+            cfg = self.cfg
+            self._groups = [
+                *super().loss_groups(),
+                LossGroup(
+                    "predictor",
+                    self.predictor_loss,
+                    self.predictor_optimizer,
+                    epochs=cfg.epochs,
+                    max_grad_norm=cfg.max_grad_norm,
+                    grad_name="predictor_grad_norm",
+                ),
+            ]
+        return self._groups
+
     def update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
-        cfg = self.cfg
-        sched = self.apply_schedules(ctx.progress)
-        rnd_stats = self.rewards(batch, ctx)
-        with torch.no_grad():
-            self.estimator(batch)
-        needed = (*self.loss.in_keys, keys.NEXT_OBSERVATION)
-        flat = batch.reshape(-1).select(*needed, strict=False)
-        stats = _Mean()
-        for epoch in range(cfg.epochs):
-            self.loss.diagnostics = epoch == cfg.epochs - 1
-            for minibatch in self._minibatches(flat, ctx.generator):
-                out = self.loss(minibatch)
-                total = sum(v for k, v in out.items() if k.startswith("loss_"))
-                grad_norm = ctx.optimize(total, self.optimizer, max_grad_norm=cfg.max_grad_norm)
-                predictor_loss = self.rnd.predictor_loss(
-                    minibatch.get(keys.NEXT_OBSERVATION), generator=ctx.generator
-                )
-                ctx.optimize(
-                    predictor_loss, self.predictor_optimizer, max_grad_norm=cfg.max_grad_norm
-                )
-                stats.add({k: v for k, v in out.items() if v.numel() == 1})
-                stats.add({"grad_norm": grad_norm, "loss_predictor": predictor_loss.detach()})
-        result = stats.result()
-        if self.kl_lr is not None and "approx_kl" in result:
-            self.kl_lr.update(float(ctx.all_reduce_mean(torch.tensor(result["approx_kl"]))))
-        if self.obs_norm is not None:
-            self.obs_norm.update(ctx.all_gather(batch.get(keys.OBSERVATION)))
-        return result | sched | rnd_stats
+        rnd_stats = self.rewards(batch, ctx)  # before the estimator, which reads them
+        self.predictor_loss.generator = ctx.generator
+        return super().update(batch, ctx) | rnd_stats
 
 
 def _with_lr(cfg: RNDConfig, lr: float) -> RNDConfig:
