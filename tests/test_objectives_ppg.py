@@ -12,12 +12,12 @@ from tensordict import TensorDict
 from torch import nn
 
 from rlkit import keys
+from rlkit.algorithms.ppg import PPGConfig, build_ppg_networks, record_pre_aux
 from rlkit.envs import make_env
 from rlkit.modules import categorical_actor, gaussian_actor, value_critic
 from rlkit.objectives import MissingKeyError, PPGAuxLoss, total_loss
 from rlkit.objectives import ppg as ppg_module
 from rlkit.objectives.ppg import AUX_STATE_VALUE, PRE_AUX, policy_kl
-from rlkit.training.ppg import PPGConfig, build_ppg_networks, record_pre_aux
 
 OBS = 3
 

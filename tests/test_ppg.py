@@ -3,7 +3,6 @@ IMPALA-CNN preset, DDP. References are computed here (KL by hand, saved paramete
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import subprocess
@@ -18,13 +17,13 @@ from torchrl.data import Bounded, Composite
 from torchrl.data import Categorical as CategoricalSpec
 
 from rlkit import keys
+from rlkit.algorithms.ppg import PPGConfig, build_ppg_networks, record_pre_aux
 from rlkit.data.collector import make_collector
 from rlkit.envs import make_env
 from rlkit.objectives import PPGAuxLoss
 from rlkit.objectives.ppg import PRE_AUX
 from rlkit.training import checkpoint as ckpt
 from rlkit.training.engine import Context, Counters
-from rlkit.training.ppg import PPGConfig, build_ppg_networks, record_pre_aux
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [
@@ -47,11 +46,9 @@ QUIET = ["--progress", "false", "--eval-episodes", "2"]
 
 
 def load_recipe():
-    spec = importlib.util.spec_from_file_location("recipe_ppg", ROOT / "recipes" / "ppg.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    from rlkit.algorithms import ppg
+
+    return ppg
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +64,7 @@ def env():
 
 
 def make_learner(recipe, env, *flags: str):
-    cfg = recipe.parse_config(recipe.PPGRecipeConfig, [*TINY, *flags])
+    cfg = recipe.parse_config(recipe.PPGConfig, [*TINY, *flags])
     torch.manual_seed(0)
     return recipe.build(cfg, env)
 

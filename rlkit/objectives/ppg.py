@@ -55,7 +55,7 @@ KL_MAX = "kl_max"
 
 WRITTEN_BY_RECORDING = (
     "the auxiliary phase records the policy's distribution (and V(s)) over its whole buffer "
-    "before its first update: call rlkit.training.ppg.record_pre_aux(actor, critic, td) first"
+    "before its first update: call rlkit.algorithms.ppg.record_pre_aux(actor, critic, td) first"
 )
 
 
@@ -132,7 +132,7 @@ class PPGAuxLoss(LossModule):
         ...                     out_keys=[AUX_STATE_VALUE])
         >>> td = TensorDict({"observation": torch.randn(6, 3),
         ...                  "value_target": torch.randn(6, 1)}, [6])
-        >>> from rlkit.training.ppg import record_pre_aux
+        >>> from rlkit.algorithms.ppg import record_pre_aux
         >>> td = record_pre_aux(actor, critic, td)
         >>> out = PPGAuxLoss(actor, critic, aux)(td)
         >>> float(out["unscaled_loss_distill"])  # the recorded policy is the current one

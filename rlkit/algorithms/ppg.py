@@ -1,25 +1,22 @@
-r"""PPG's learner: a policy phase of PPO batches, then an auxiliary phase over all of them.
+"""PPG: Phasic Policy Gradient (Cobbe et al. 2020).
 
-Phasic Policy Gradient (Cobbe et al. 2020, Algorithm 1)::
+    python recipes/ppg.py                                  # CartPole-v1, built-in defaults
+    python recipes/ppg.py --env LunarLander-v3             # preset
+    python recipes/ppg.py --env CarRacing-v3 --encoder impala   # pixels: IMPALA-CNN preset
+    python recipes/ppg.py --arch shared --aux-optimizer shared  # single-network variant
+    python recipes/ppg.py --accelerator cpu --devices 2 --strategy ddp
+    python recipes/ppg.py --help                           # every flag
 
-    for phase = 1, 2, ...
-        for iteration = 1 .. n_pi                        # policy phase: one batch each
-            collect a batch, GAE -> advantage, value target
-            policy epochs of the clipped surrogate, value epochs of the value loss
-                (each network its own optimiser and epoch count)
-            store (observation, value target) of the batch in the buffer B
-        record pi_old(.|s) (and V(s)) for every s in B   # before any aux update
-        for epoch = 1 .. aux_epochs                      # auxiliary phase
-            for each minibatch of whole rollouts of B
-                L_aux = L_aux_value + beta_clone * KL(pi_old || pi) + L_value
-
-Both phases run on :func:`~rlkit.training.update.update_loop` (every ``loss_*`` term
-optimised by exactly one loss group); the learner reuses
-:class:`~rlkit.training.onpolicy.PolicyGradientLearner` (schedules, minibatching,
-observation normalisation) and adds its own loss groups (policy and value, each with its
-optimiser and epoch count; the auxiliary phase), full-batch advantage normalisation, the
-buffer, and checkpoints of the buffer and the position in the phase cycle so a resume
-continues the cycle exactly.
+Algorithm box:
+    1. config      PPGConfig (defaults, per-env preset, --config YAML, flags)
+    2. networks    policy net (trunk -> pi head, trunk -> aux value head) and value net
+                   (dual), or one trunk with a detached value head (shared)
+    3. estimator   GAE(gamma, lambda) writes advantage and value_target
+    4. losses      policy phase: PPO clipped surrogate + value regression + entropy;
+                   aux phase: aux value + beta_clone * KL(pi_old || pi) + true value
+    5. learner     n_pi policy-phase batches (the actor --epochs, the critic --value-epochs,
+                   each with its own Adam), then aux_epochs over the stored rollouts
+    6. fit         the engine: collect, update, evaluate, checkpoint
 """
 
 from __future__ import annotations
@@ -32,42 +29,43 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
-from torchrl.modules import ValueOperator
 
 from rlkit import keys
+from rlkit.algorithms.onpolicy import ClipConfig, PolicyGradientLearner, make_optimizer
+from rlkit.modules.ppg_networks import ARCHS, ENCODERS, INIT_FNS, PPGNetworks, ppg_networks
+from rlkit.objectives import PPGAuxLoss, PPOLoss
 from rlkit.objectives.common import LOSS_VALUE
 from rlkit.objectives.functional import standardize
-from rlkit.objectives.ppg import AUX_STATE_VALUE, PRE_AUX, policy_kl
-from rlkit.training import schedules
+from rlkit.objectives.ppg import PRE_AUX, policy_kl
+from rlkit.training import parse_config, run, schedules
 from rlkit.training.config import non_negative, positive
 from rlkit.training.engine import Context
-from rlkit.training.onpolicy import ClipConfig, Normalize, PolicyGradientLearner, make_optimizer
 from rlkit.training.update import LossGroup, update_loop
-
-__all__ = [
-    "ARCHS",
-    "INIT_FNS",
-    "PPGConfig",
-    "PPGLearner",
-    "PPGNetworks",
-    "build_ppg_networks",
-    "record_pre_aux",
-]
-
-ARCHS = ("dual", "shared")
-INIT_FNS = ("orthogonal", "xavier_uniform", "xavier_normal")
-ENCODERS = ("mlp", "impala")
+from rlkit.value import GAE
 
 
 def _help(text: str, **kw: Any) -> dict[str, Any]:
     return {"help": text, **kw}
 
 
+# 1. config ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PPGConfig(ClipConfig):
-    """Flags of PPG (on top of the on-policy ones; ``--epochs`` is the policy epochs)."""
+    """Train PPG. Defaults solve CartPole-v1; flags override (see --help).
 
-    n_pi: int = field(default=32, metadata=_help("policy-phase iterations (batches) per phase"))
+    On top of the on-policy flags (``--epochs`` is the policy epochs)."""
+
+    total_frames: int = field(default=200_000, metadata={"help": "frames to train for"})
+    rollout_steps: int = 32
+    epochs: int = field(default=10, metadata={"help": "policy epochs per batch"})
+    minibatch_size: int = 128
+    lr: float = field(default=1e-3, metadata={"help": "initial learning rate"})
+    lr_schedule: str = "linear"
+    gamma: float = 0.98
+    gae_lambda: float = 0.8
+    clip_epsilon_final: float | None = 0.0
+
+    n_pi: int = field(default=8, metadata={"help": "policy-phase iterations per phase"})
     value_epochs: int | None = field(
         default=None, metadata=_help("value epochs per policy-phase batch (none: --epochs)")
     )
@@ -132,140 +130,65 @@ class PPGConfig(ClipConfig):
             )
 
 
-# --------------------------------------------------------------------------- networks
-@dataclass
-class PPGNetworks:
-    """The three heads PPG trains; ``trunk`` is the policy network's shared body."""
-
-    actor: nn.Module
-    critic: nn.Module
-    aux_critic: nn.Module
-    trunk: nn.Module
-    obs_norm: nn.Module | None = None
-
-
-class _Detach(nn.Module):
-    """Stop gradients: the shared layout's value head must not train the trunk."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.detach()
-
-
-class _ChannelsFirst(nn.Module):
-    """``[*, H, W, C]`` gymnasium images -> ``[*, C, H, W]``, then the encoder."""
-
-    def __init__(self, encoder: nn.Module) -> None:
-        super().__init__()
-        self.encoder, self.out_features = encoder, encoder.out_features
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.encoder(x.movedim(-1, -3))
-
-
-def _encoder(cfg: PPGConfig, obs_shape: Sequence[int], obs_norm: nn.Module | None):
-    """(module, output width) of the feature extractor before the MLP layers."""
-    if cfg.encoder == "impala":
-        from rlkit.modules import ImpalaCNN
-
-        if cfg.normalize_obs:
-            raise ValueError(
-                "--normalize-obs applies to vector observations; the IMPALA CNN scales uint8 "
-                "pixels to [0, 1] itself: drop --normalize-obs or use --encoder mlp"
-            )
-        if len(obs_shape) != 3:
-            raise ValueError(
-                f"--encoder impala needs image observations [H, W, C] or [C, H, W], got shape "
-                f"{list(obs_shape)}; use --encoder mlp for vector observations"
-            )
-        channels_last = obs_shape[-1] <= 4 < obs_shape[0]
-        chw = (obs_shape[2], obs_shape[0], obs_shape[1]) if channels_last else tuple(obs_shape)
-        cnn = ImpalaCNN(chw)
-        return (_ChannelsFirst(cnn) if channels_last else cnn), cnn.out_features
-    if len(obs_shape) != 1:
-        raise ValueError(
-            f"--encoder mlp needs flat vector observations, got shape {list(obs_shape)}; use "
-            "--encoder impala for images"
-        )
-    width = int(obs_shape[0])
-    return (Normalize(obs_norm) if obs_norm is not None else None), width
+#: Settings that override the defaults for an environment (flags and --config still win).
+PRESETS: dict[str, dict] = {
+    "LunarLander-v3": dict(
+        total_frames=1_000_000,
+        num_envs=16,
+        rollout_steps=128,
+        epochs=4,
+        minibatch_size=128,
+        lr=5e-4,
+        gamma=0.999,
+        gae_lambda=0.98,
+        entropy_coef=0.01,
+        n_pi=8,
+        clip_epsilon_final=None,
+        target_return=None,
+    ),
+    # pixel observations: the paper's Procgen settings, scaled to a CPU-sized batch
+    "CarRacing-v3": dict(
+        encoder="impala",
+        num_envs=8,
+        rollout_steps=64,
+        epochs=1,
+        minibatch_size=256,
+        lr=5e-4,
+        gamma=0.99,
+        gae_lambda=0.95,
+        entropy_coef=0.01,
+        n_pi=32,
+        clip_epsilon_final=None,
+        hidden=(256,),
+        activation="relu",
+    ),
+}
 
 
-def init_weights_(module: nn.Module, init_fn: str) -> None:
-    """Re-initialise every Linear / Conv weight with ``init_fn`` (gain 1) and zero biases.
+# the learner (the policy phase, the auxiliary phase) -----------------------------------------
+# PPG's learner: a policy phase of PPO batches, then an auxiliary phase over all of them.
+#
+# Phasic Policy Gradient (Cobbe et al. 2020, Algorithm 1)::
+#
+#     for phase = 1, 2, ...
+#         for iteration = 1 .. n_pi                        # policy phase: one batch each
+#             collect a batch, GAE -> advantage, value target
+#             policy epochs of the clipped surrogate, value epochs of the value loss
+#                 (each network its own optimiser and epoch count)
+#             store (observation, value target) of the batch in the buffer B
+#         record pi_old(.|s) (and V(s)) for every s in B   # before any aux update
+#         for epoch = 1 .. aux_epochs                      # auxiliary phase
+#             for each minibatch of whole rollouts of B
+#                 L_aux = L_aux_value + beta_clone * KL(pi_old || pi) + L_value
+#
+# Both phases run on :func:`~rlkit.training.update.update_loop` (every ``loss_*`` term
+# optimised by exactly one loss group); the learner reuses
+# :class:`~rlkit.algorithms.onpolicy.PolicyGradientLearner` (schedules, minibatching,
+# observation normalisation) and adds its own loss groups (policy and value, each with its
+# optimiser and epoch count; the auxiliary phase), full-batch advantage normalisation, the
+# buffer, and checkpoints of the buffer and the position in the phase cycle so a resume
+# continues the cycle exactly.
 
-    ``"orthogonal"`` keeps the builders' orthogonal initialisation (gain sqrt 2 hidden,
-    0.01 policy head, 1 value head). The Xavier choices follow the seed implementation's
-    ``init_fn``; output heads are then scaled like the orthogonal ones (x0.01 for the policy
-    head) so the initial policy stays near uniform.
-    """
-    if init_fn not in INIT_FNS:
-        raise ValueError(f"init_fn must be one of {INIT_FNS}, got {init_fn!r}")
-    if init_fn == "orthogonal":
-        return
-    fn = nn.init.xavier_uniform_ if init_fn == "xavier_uniform" else nn.init.xavier_normal_
-    for m in module.modules():
-        if isinstance(m, nn.Linear | nn.Conv2d):
-            fn(m.weight)
-            if m.bias is not None:
-                nn.init.zeros_(m.bias)
-
-
-def build_ppg_networks(cfg: PPGConfig, env) -> PPGNetworks:
-    """Actor, critic and auxiliary value head in the ``cfg.arch`` layout.
-
-    ``dual`` (paper default): policy network = trunk -> policy head and trunk -> aux value
-    head; a separate value network of the same shape. ``shared`` (the paper's single-network
-    "detach" variant): one trunk; policy head, aux head, and a value head that reads the
-    trunk's features detached, so value training never moves the trunk.
-    """
-    from rlkit.modules import make_actor
-    from rlkit.modules.networks import mlp, mlp_body
-
-    obs_spec, act_spec = env.observation_spec, env.action_spec
-    obs_shape = obs_spec[keys.OBSERVATION].shape[len(env.batch_size) :]
-    obs_norm = None
-    if cfg.normalize_obs:
-        from rlkit.modules.normalization import RunningMeanStd
-
-        obs_norm = RunningMeanStd(obs_shape)
-
-    def body() -> tuple[nn.Module, int]:
-        enc, width = _encoder(cfg, obs_shape, obs_norm)
-        layers = mlp_body(width, hidden=cfg.hidden, activation=cfg.activation)
-        return (layers if enc is None else nn.Sequential(enc, layers)), cfg.hidden[-1]
-
-    trunk, width = body()
-    net = dict(hidden=(), activation=cfg.activation, backbone=trunk, in_features=width)
-    actor = make_actor(obs_spec, act_spec, **net)
-
-    def value_head(features: nn.Module, out_key: str) -> ValueOperator:
-        return ValueOperator(
-            nn.Sequential(features, mlp(width, 1, hidden=())),
-            in_keys=[keys.OBSERVATION],
-            out_keys=[out_key],
-        )
-
-    aux_critic = value_head(trunk, AUX_STATE_VALUE)
-    if cfg.arch == "shared":
-        critic = value_head(nn.Sequential(trunk, _Detach()), keys.STATE_VALUE)
-    else:
-        critic = value_head(body()[0], keys.STATE_VALUE)
-    for m in (actor, critic, aux_critic):
-        init_weights_(m, cfg.init_fn)
-    if cfg.init_fn != "orthogonal":
-        with torch.no_grad():  # near-uniform initial policy, as the orthogonal 0.01 head
-            for p in _policy_head(actor):
-                p.mul_(0.01)
-    return PPGNetworks(actor, critic, aux_critic, trunk, obs_norm)
-
-
-def _policy_head(actor: nn.Module) -> list[nn.Parameter]:
-    """Parameters of the actor's last Linear layer (its policy head)."""
-    linears = [m for m in actor.modules() if isinstance(m, nn.Linear)]
-    return list(linears[-1].parameters())
-
-
-# --------------------------------------------------------------------------- recording
 @torch.no_grad()
 def record_pre_aux(
     actor: nn.Module, critic: nn.Module, td: TensorDictBase, *, chunk: int = 4096
@@ -291,7 +214,6 @@ def record_pre_aux(
     return td
 
 
-# --------------------------------------------------------------------------- learner
 class PPGLearner(PolicyGradientLearner):
     """Phasic Policy Gradient on top of :class:`PolicyGradientLearner`.
 
@@ -488,3 +410,54 @@ def _unique(params, but: Sequence[torch.Tensor] = ()) -> list[torch.Tensor]:
     skip = {id(p) for p in but}
     out = {id(p): p for p in params if id(p) not in skip}
     return list(out.values())
+
+
+def build_ppg_networks(cfg: PPGConfig, env) -> PPGNetworks:
+    """:func:`rlkit.modules.ppg_networks.ppg_networks` with a config's network flags."""
+    return ppg_networks(
+        env,
+        arch=cfg.arch,
+        encoder=cfg.encoder,
+        hidden=cfg.hidden,
+        activation=cfg.activation,
+        init_fn=cfg.init_fn,
+        normalize_obs=cfg.normalize_obs,
+    )
+
+
+# 2-5. networks, estimator, losses, learner --------------------------------------------------
+def build(cfg: PPGConfig, env) -> PPGLearner:
+    nets = build_ppg_networks(cfg, env)
+    estimator = GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=nets.critic)
+    loss = PPOLoss(
+        nets.actor,
+        nets.critic,
+        clip_epsilon=cfg.clip_epsilon,
+        entropy_coef=cfg.entropy_coef,
+        value_coef=cfg.value_coef,
+        value_clip_epsilon=cfg.value_clip,
+        normalize_advantage=cfg.normalize_advantage and not cfg.full_batch_advantage_norm,
+    )
+    aux_loss = PPGAuxLoss(
+        nets.actor,
+        nets.critic,
+        nets.aux_critic,
+        beta_clone=cfg.beta_clone,
+        aux_value_coef=cfg.aux_value_coef,
+        value_coef=cfg.aux_true_value_coef,
+        value_clip_epsilon=cfg.value_clip,
+    )
+    return PPGLearner(
+        nets=nets,
+        estimator=estimator,
+        loss=loss,
+        aux_loss=aux_loss,
+        cfg=cfg,
+        loss_schedules=cfg.loss_schedules,
+    )
+
+
+# 6. fit -------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> dict:
+    cfg = parse_config(PPGConfig, argv, presets=PRESETS, description=__doc__)
+    return run(cfg, build, algo="ppg")

@@ -1,0 +1,161 @@
+"""Phasic Policy Gradient's networks (Cobbe et al. 2020): a policy network with an auxiliary
+value head, and a value network (``dual``) or a detached value head on the same trunk
+(``shared``). Built from plain arguments; :mod:`rlkit.algorithms.ppg` wires them to flags."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torchrl.modules import ValueOperator
+
+from rlkit import keys
+from rlkit.modules.actors import make_actor
+from rlkit.modules.networks import mlp, mlp_body
+from rlkit.modules.normalization import Normalize, RunningMeanStd
+
+__all__ = ["ARCHS", "ENCODERS", "INIT_FNS", "PPGNetworks", "init_weights_", "ppg_networks"]
+
+ARCHS = ("dual", "shared")
+INIT_FNS = ("orthogonal", "xavier_uniform", "xavier_normal")
+ENCODERS = ("mlp", "impala")
+
+
+@dataclass
+class PPGNetworks:
+    """The three heads PPG trains; ``trunk`` is the policy network's shared body."""
+
+    actor: nn.Module
+    critic: nn.Module
+    aux_critic: nn.Module
+    trunk: nn.Module
+    obs_norm: nn.Module | None = None
+
+
+class _Detach(nn.Module):
+    """Stop gradients: the shared layout's value head must not train the trunk."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.detach()
+
+
+class _ChannelsFirst(nn.Module):
+    """``[*, H, W, C]`` gymnasium images -> ``[*, C, H, W]``, then the encoder."""
+
+    def __init__(self, encoder: nn.Module) -> None:
+        super().__init__()
+        self.encoder, self.out_features = encoder, encoder.out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.encoder(x.movedim(-1, -3))
+
+
+def _encoder(encoder: str, obs_shape: Sequence[int], obs_norm: nn.Module | None):
+    """(module, output width) of the feature extractor before the MLP layers."""
+    if encoder == "impala":
+        from rlkit.modules import ImpalaCNN
+
+        if obs_norm is not None:
+            raise ValueError(
+                "--normalize-obs applies to vector observations; the IMPALA CNN scales uint8 "
+                "pixels to [0, 1] itself: drop --normalize-obs or use --encoder mlp"
+            )
+        if len(obs_shape) != 3:
+            raise ValueError(
+                f"--encoder impala needs image observations [H, W, C] or [C, H, W], got shape "
+                f"{list(obs_shape)}; use --encoder mlp for vector observations"
+            )
+        channels_last = obs_shape[-1] <= 4 < obs_shape[0]
+        chw = (obs_shape[2], obs_shape[0], obs_shape[1]) if channels_last else tuple(obs_shape)
+        cnn = ImpalaCNN(chw)
+        return (_ChannelsFirst(cnn) if channels_last else cnn), cnn.out_features
+    if len(obs_shape) != 1:
+        raise ValueError(
+            f"--encoder mlp needs flat vector observations, got shape {list(obs_shape)}; use "
+            "--encoder impala for images"
+        )
+    width = int(obs_shape[0])
+    return (Normalize(obs_norm) if obs_norm is not None else None), width
+
+
+def init_weights_(module: nn.Module, init_fn: str) -> None:
+    """Re-initialise every Linear / Conv weight with ``init_fn`` (gain 1) and zero biases.
+
+    ``"orthogonal"`` keeps the builders' orthogonal initialisation (gain sqrt 2 hidden,
+    0.01 policy head, 1 value head). The Xavier choices follow the seed implementation's
+    ``init_fn``; output heads are then scaled like the orthogonal ones (x0.01 for the policy
+    head) so the initial policy stays near uniform.
+    """
+    if init_fn not in INIT_FNS:
+        raise ValueError(f"init_fn must be one of {INIT_FNS}, got {init_fn!r}")
+    if init_fn == "orthogonal":
+        return
+    fn = nn.init.xavier_uniform_ if init_fn == "xavier_uniform" else nn.init.xavier_normal_
+    for m in module.modules():
+        if isinstance(m, nn.Linear | nn.Conv2d):
+            fn(m.weight)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+
+def ppg_networks(
+    env,
+    *,
+    arch: str = "dual",
+    encoder: str = "mlp",
+    hidden: Sequence[int] = (64, 64),
+    activation: str = "tanh",
+    init_fn: str = "orthogonal",
+    normalize_obs: bool = False,
+) -> PPGNetworks:
+    """Actor, critic and auxiliary value head of Phasic Policy Gradient in the ``arch`` layout.
+
+    ``dual`` (paper default): policy network = trunk -> policy head and trunk -> aux value
+    head; a separate value network of the same shape. ``shared`` (the paper's single-network
+    "detach" variant): one trunk; policy head, aux head, and a value head that reads the
+    trunk's features detached, so value training never moves the trunk.
+    """
+    if arch not in ARCHS:
+        raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
+    obs_spec, act_spec = env.observation_spec, env.action_spec
+    obs_shape = obs_spec[keys.OBSERVATION].shape[len(env.batch_size) :]
+    obs_norm = None
+    if normalize_obs:
+        obs_norm = RunningMeanStd(obs_shape)
+
+    def body() -> tuple[nn.Module, int]:
+        enc, width = _encoder(encoder, obs_shape, obs_norm)
+        layers = mlp_body(width, hidden=tuple(hidden), activation=activation)
+        return (layers if enc is None else nn.Sequential(enc, layers)), hidden[-1]
+
+    trunk, width = body()
+    net = dict(hidden=(), activation=activation, backbone=trunk, in_features=width)
+    actor = make_actor(obs_spec, act_spec, **net)
+
+    def value_head(features: nn.Module, out_key: str) -> ValueOperator:
+        return ValueOperator(
+            nn.Sequential(features, mlp(width, 1, hidden=())),
+            in_keys=[keys.OBSERVATION],
+            out_keys=[out_key],
+        )
+
+    aux_critic = value_head(trunk, keys.AUX_STATE_VALUE)
+    if arch == "shared":
+        critic = value_head(nn.Sequential(trunk, _Detach()), keys.STATE_VALUE)
+    else:
+        critic = value_head(body()[0], keys.STATE_VALUE)
+    for m in (actor, critic, aux_critic):
+        init_weights_(m, init_fn)
+    if init_fn != "orthogonal":
+        with torch.no_grad():  # near-uniform initial policy, as the orthogonal 0.01 head
+            for p in _policy_head(actor):
+                p.mul_(0.01)
+    return PPGNetworks(actor, critic, aux_critic, trunk, obs_norm)
+
+
+def _policy_head(actor: nn.Module) -> list[nn.Parameter]:
+    """Parameters of the actor's last Linear layer (its policy head)."""
+    linears = [m for m in actor.modules() if isinstance(m, nn.Linear)]
+    return list(linears[-1].parameters())
