@@ -5,7 +5,6 @@ learning on CartPole, and DDP in two processes."""
 from __future__ import annotations
 
 import doctest
-import importlib.util
 import math
 import re
 import sys
@@ -20,13 +19,14 @@ from torch import nn
 from torchrl.modules import ProbabilisticActor
 
 from rlkit import keys
+from rlkit.algorithms.daac import DAACConfig
 from rlkit.data.collector import make_collector
 from rlkit.envs import make_env
+from rlkit.modules.daac_networks import advantage_head
 from rlkit.objectives import MissingKeyError, total_loss
 from rlkit.objectives import daac as daac_module
 from rlkit.objectives.daac import DAACLoss, DAACValueLoss
 from rlkit.training import checkpoint as ckpt
-from rlkit.training.daac import DAACConfig, advantage_head
 from rlkit.training.engine import Context, Counters
 from tests.test_subprocess import run_ddp
 
@@ -272,7 +272,7 @@ def test_discrete_head_gathers_the_stored_action():
 
 
 def daac_module_head(trunk, head, kind):
-    from rlkit.training.daac import ActionAdvantage
+    from rlkit.modules.daac_networks import ActionAdvantage
 
     return ActionAdvantage(trunk, nn.Sequential(head), kind=kind)
 
@@ -293,11 +293,9 @@ def test_continuous_head_reads_features_concatenated_with_the_action():
 # The recipe's networks: gradient routing, optimisers, epochs
 # ---------------------------------------------------------------------------------------
 def load_recipe():
-    spec = importlib.util.spec_from_file_location("recipe_daac", ROOT / "recipes" / "daac.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    from rlkit.algorithms import daac
+
+    return daac
 
 
 @pytest.fixture(scope="module")
@@ -313,7 +311,7 @@ def env():
 
 
 def make_learner(recipe, env, *flags: str):
-    cfg = recipe.parse_config(recipe.DAACRecipeConfig, [*TINY, *flags])
+    cfg = recipe.parse_config(recipe.DAACConfig, [*TINY, *flags])
     torch.manual_seed(0)
     return recipe.build(cfg, env)
 
@@ -515,7 +513,7 @@ def test_loss_input_errors_name_the_problem():
 
 
 def test_shared_parameters_between_the_networks_are_refused(recipe, env):
-    from rlkit.training.daac import DAACLearner
+    from rlkit.algorithms.daac import DAACLearner
 
     learner = make_learner(recipe, env)
     nets = SimpleNamespace(
@@ -546,7 +544,7 @@ def test_docs_page_names_only_real_flags(recipe):
     from rlkit.training.config import build_parser
 
     text = (ROOT / "docs" / "recipes" / "daac.md").read_text()
-    helptext = build_parser(recipe.DAACRecipeConfig).format_help()
+    helptext = build_parser(recipe.DAACConfig).format_help()
     ignore = {"--jobs", "--seeds", "--required"}
     for flag in set(re.findall(r"(--[a-z][a-z0-9-]+)", text)) - ignore:
         assert flag in helptext, f"daac.md mentions {flag}, which recipes/daac.py does not have"

@@ -13,8 +13,6 @@ loss the wrong tensor or runs a group the wrong number of times.
 from __future__ import annotations
 
 import copy
-import importlib.util
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -33,13 +31,9 @@ SEED = 5
 
 
 def load_recipe(name: str):
-    spec = importlib.util.spec_from_file_location(
-        f"contract_{name}", ROOT / "recipes" / f"{name}.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    from rlkit import algorithms
+
+    return algorithms.load(name)
 
 
 def context() -> Context:
@@ -86,7 +80,7 @@ def daac():
 
     def learner(*flags: str):
         tiny = ["--num-envs", "4", "--rollout-steps", "16", "--minibatch-size", "32"]
-        cfg = recipe.parse_config(recipe.DAACRecipeConfig, [*tiny, *flags])
+        cfg = recipe.parse_config(recipe.DAACConfig, [*tiny, *flags])
         torch.manual_seed(0)
         return recipe.build(cfg, env)
 
@@ -136,7 +130,7 @@ def rnd():
 
     def learner(*flags: str):
         tiny = ["--num-envs", "4", "--rollout-steps", "16", "--minibatch-size", "64"]
-        cfg = recipe.parse_config(recipe.RNDRecipeConfig, [*tiny, *flags])
+        cfg = recipe.parse_config(recipe.RNDConfig, [*tiny, *flags])
         torch.manual_seed(0)
         return recipe.build(cfg, env)
 

@@ -19,11 +19,12 @@ from torch import nn
 from torchrl.modules import ProbabilisticActor
 
 from rlkit import keys
+from rlkit.algorithms.rnd import RNDConfig
+from rlkit.modules.rnd_networks import twin_value_critic
 from rlkit.objectives import MissingKeyError, PPOLoss
 from rlkit.objectives import rnd as rnd_module
 from rlkit.objectives.rnd import RND, ReturnScaler, RNDPPOLoss, TwinGAE, non_episodic_gae
 from rlkit.training import checkpoint as ckpt
-from rlkit.training.rnd import RNDConfig, twin_value_critic
 from tests.test_subprocess import run_ddp
 
 ROOT = Path(__file__).resolve().parents[1]

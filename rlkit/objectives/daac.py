@@ -84,7 +84,7 @@ def _check_policy_networks(actor: object, advantage_head: object) -> None:
         raise TypeError(
             "DAACLoss: advantage_head must be a TensorDict module reading the observation and "
             f"the action and writing keys.ADVANTAGE_PRED ({keys.ADVANTAGE_PRED!r}) [*, 1] "
-            "(see rlkit.training.daac.advantage_head); got "
+            "(see rlkit.modules.daac_networks.advantage_head); got "
             f"{type(advantage_head).__name__} with out_keys {out_keys}."
         )
 
@@ -146,7 +146,7 @@ class DAACLoss(LossModule):
     Args:
         actor: a ``ProbabilisticActor`` (``get_dist(td)``, ``in_keys``).
         advantage_head: a TensorDict module writing ``keys.ADVANTAGE_PRED`` ``[*, 1]``;
-            normally it shares the actor's trunk (``rlkit.training.daac.build_daac_networks``).
+            normally it shares the actor's trunk (``rlkit.modules.daac_networks.daac_networks``).
         clip_epsilon: :math:`\epsilon > 0`, typically 0.1 to 0.3; assignable (schedules).
         entropy_coef: :math:`\alpha_s \ge 0`; the paper uses 0.01 on Procgen.
         adv_coef: :math:`\alpha_a \ge 0`; the paper uses 0.25 (0.05 to 0.25 searched).

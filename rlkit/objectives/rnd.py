@@ -1,7 +1,7 @@
 r"""Random Network Distillation (Burda et al. 2018): the exploration bonus, the two-stream
 advantage estimator and the twin-critic PPO loss.
 
-Four pieces, used together by :class:`rlkit.training.rnd.RNDLearner`:
+Four pieces, used together by :class:`rlkit.algorithms.rnd.RNDLearner`:
 
 * :class:`RND` -- a frozen random *target* network :math:`f` and a trained *predictor*
   :math:`\hat f` on normalised, clipped observations. The intrinsic reward of a step is the
@@ -601,7 +601,7 @@ class RNDPPOLoss(PPOLoss):
             raise TypeError(
                 f"RNDPPOLoss: the critic writes {list(self.critic.out_keys)} but the loss reads "
                 f"the intrinsic value from {keys.describe(key)}: use a twin critic "
-                "(rlkit.training.rnd.twin_value_critic) or call "
+                "(rlkit.modules.rnd_networks.twin_value_critic) or call "
                 "loss.set_keys(intrinsic_state_value=...)"
             )
 
@@ -705,7 +705,7 @@ class RNDPredictorLoss(LossModule):
         \mathrm{Bernoulli}(p)
 
     Each call draws a fresh mask from :attr:`generator` (``None``: torch's global generator);
-    :class:`~rlkit.training.rnd.RNDLearner` sets it to the run's generator
+    :class:`~rlkit.algorithms.rnd.RNDLearner` sets it to the run's generator
     (``Context.generator``) before each update, so a seeded run repeats.
 
     Keys read: ``keys.NEXT_OBSERVATION`` ``[*, *O]`` (renamable with

@@ -1,26 +1,25 @@
-r"""RND-PPO's learner: intrinsic rewards, two-stream GAE, PPO epochs with the predictor.
+"""RND-PPO: Exploration by Random Network Distillation (Burda et al. 2018), twin critic.
 
-Per collected batch ``[N, T]`` (Burda et al. 2018, Algorithm 1)::
+    python recipes/rnd.py                                  # MountainCar, sparse reward
+    python recipes/rnd.py --env MountainCar-v0             # MountainCar-v0's -1 per step
+    python recipes/rnd.py --int-coef 0                     # the same agent without the bonus
+    python recipes/rnd.py --target-return -160 --seed 3    # stop once solved
+    python recipes/rnd.py --accelerator cpu --devices 2 --strategy ddp
+    python recipes/rnd.py --help                           # every flag
 
-    merge the batch's next observations into the RND observation statistics (all ranks)
-    r_int = ||f_hat(s') - f(s')||^2 / std(discounted intrinsic return)    # RND
-    [--normalize-reward: the training env already scaled r_ext by the std of its
-     discounted episodic return (rlkit.modules.RewardNorm)]
-    TwinGAE: A_ext, V_ext target (episodic, gamma_ext); A_int, V_int target
-             (non-episodic, gamma_int)
-    for epoch in 1..epochs, for each minibatch (update_loop, two loss groups in lockstep):
-        "policy":    PPO clipped surrogate on ext_coef * A_ext + int_coef * A_int
-                     + value_coef * (ext head + int head regressions) + entropy -> optimizer
-        "predictor": predictor MSE on s' of a random update_proportion of the
-                     minibatch (RNDPredictorLoss)                             -> predictor opt.
-
-The twin critic is **one value network with two heads** (a shared MLP trunk, a linear
-layer with two outputs: extrinsic and intrinsic), as in the paper's policy (whose trunk
-is also shared with the policy head; here the actor stays separate, as in rlkit's PPO).
-
-Multi-device: gradients of both optimisers are all-reduced by ``Context.step_optimizer``; the
-observation and return statistics are merged from ``Context.all_gather``-ed data, so every
-rank holds the same statistics and the same parameters.
+Algorithm box:
+    1. config      RNDConfig (defaults, per-env preset, --config YAML, flags)
+    2. networks    actor pi(a|s); twin critic V_ext(s), V_int(s) (one trunk, two heads);
+                   RND: frozen random target f, trained predictor f_hat
+    3. bonus       r_int = ||f_hat(s') - f(s')||^2 / std(discounted intrinsic return)
+    4. estimator   TwinGAE: extrinsic GAE (episodic, gamma), intrinsic GAE (non-episodic,
+                   gamma_int)
+    5. losses      PPO clipped surrogate on ext_coef * A_ext + int_coef * A_int, both value
+                   heads' regressions, entropy bonus; predictor MSE on s' of a random
+                   update_proportion of each minibatch
+    6. learner     epochs x minibatches, the two losses in lockstep (policy/critic
+                   optimizer and predictor optimizer)
+    7. fit         the engine: collect, update, evaluate, checkpoint
 """
 
 from __future__ import annotations
@@ -31,26 +30,47 @@ from typing import Any
 
 import torch
 from tensordict import TensorDictBase
-from tensordict.nn import TensorDictModule
 from torch import nn
 
 from rlkit import keys
-from rlkit.objectives.rnd import RND, RNDPredictorLoss
+from rlkit.algorithms.onpolicy import ClipConfig, PolicyGradientLearner, make_optimizer
+from rlkit.modules.rnd_networks import rnd_networks
+from rlkit.objectives.rnd import RND, RNDPPOLoss, RNDPredictorLoss, TwinGAE
+from rlkit.training import parse_config, run
 from rlkit.training.config import in_unit_interval, non_negative, positive
 from rlkit.training.engine import Context
-from rlkit.training.onpolicy import ClipConfig, Normalize, PolicyGradientLearner, make_optimizer
 from rlkit.training.update import LossGroup
-
-__all__ = ["RNDConfig", "RNDLearner", "TwinValueHead", "build_rnd_networks", "twin_value_critic"]
 
 
 def _help(text: str, **kw: Any) -> dict[str, Any]:
     return {"help": text, **kw}
 
 
+# 1. config ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RNDConfig(ClipConfig):
-    """Flags of RND-PPO on top of PPO's (``--gamma`` is the extrinsic discount)."""
+    """Train RND-PPO. Defaults explore MountainCar with a sparse reward (1 at the goal, 0
+    otherwise), scored on MountainCar-v0's return; flags override.
+
+    Flags of RND-PPO on top of PPO's (``--gamma`` is the extrinsic discount)."""
+
+    env: str = "rlkit/MountainCarSparse-v0"
+    total_frames: int = field(default=1_000_000, metadata={"help": "frames to train for"})
+    num_envs: int = 32
+    rollout_steps: int = 128
+    epochs: int = 4
+    minibatch_size: int = 1024
+    lr: float = field(default=3e-4, metadata={"help": "learning rate"})
+    gae_lambda: float = field(default=0.95, metadata={"help": "GAE lambda (both streams)"})
+    entropy_coef: float = 0.001
+    normalize_obs: bool = field(
+        default=True, metadata={"help": "running observation normalisation (policy, critic)"}
+    )
+    normalize_reward: bool = field(
+        default=True,
+        metadata={"help": "scale extrinsic rewards by the std of their discounted return"},
+    )
+    eval_every: int = field(default=25_000, metadata={"help": "evaluate every this many frames"})
 
     gamma: float = field(default=0.999, metadata=_help("extrinsic discount (episodic)"))
     gamma_int: float = field(
@@ -88,75 +108,57 @@ class RNDConfig(ClipConfig):
             raise ValueError(f"--rnd-hidden needs positive layer sizes, got {self.rnd_hidden}")
 
 
-# --------------------------------------------------------------------------- networks
-class TwinValueHead(nn.Module):
-    """``body(x) -> Linear(width, 2)`` split into ``(V_ext [*, 1], V_int [*, 1])``."""
-
-    def __init__(self, body: nn.Module) -> None:
-        super().__init__()
-        self.body = body
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        out = self.body(x)
-        return out[..., :1], out[..., 1:]
-
-
-def twin_value_critic(
-    in_features: int,
-    *,
-    hidden: tuple[int, ...] = (64, 64),
-    activation: str = "tanh",
-    backbone: nn.Module | None = None,
-) -> TensorDictModule:
-    """One value network with two heads: reads ``keys.OBSERVATION``, writes
-    ``keys.STATE_VALUE`` (extrinsic) and ``keys.INTRINSIC_STATE_VALUE`` ``[*, 1]`` each."""
-    from rlkit.modules.networks import mlp
-
-    net: nn.Module = mlp(in_features, 2, hidden=hidden, activation=activation)
-    if backbone is not None:
-        net = nn.Sequential(backbone, net)
-    return TensorDictModule(
-        TwinValueHead(net),
-        in_keys=[keys.OBSERVATION],
-        out_keys=[keys.STATE_VALUE, keys.INTRINSIC_STATE_VALUE],
-    )
+#: Settings that override the defaults for an environment (flags and --config still win).
+PRESETS: dict[str, dict] = {
+    # trained on 0/1 rewards, scored on MountainCar-v0's return (-steps to the goal, -200 if
+    # never), with sampled actions: the argmax of a near-uniform policy often swings the car
+    # to the goal by chance, the policy that acts does not (docs/recipes/rnd.md)
+    "rlkit/MountainCarSparse-v0": dict(eval_env="MountainCar-v0", eval_deterministic=False),
+}
 
 
 def build_rnd_networks(cfg: RNDConfig, env) -> tuple[nn.Module, nn.Module, RND, nn.Module | None]:
-    """Actor, twin critic, :class:`RND` module and the policy's optional observation
-    normaliser (``--normalize-obs``), sized from ``env``'s specs."""
-    from rlkit.modules import make_actor
-    from rlkit.modules.normalization import RunningMeanStd
-
-    obs_spec, act_spec = env.observation_spec, env.action_spec
-    shape = obs_spec[keys.OBSERVATION].shape[len(env.batch_size) :]
-    if len(shape) != 1:
-        raise ValueError(
-            f"the RND recipe's MLP networks need flat vector observations, got shape {list(shape)}"
-        )
-    width = int(shape[0])
-    obs_norm = backbone = None
-    if cfg.normalize_obs:
-        obs_norm = RunningMeanStd(shape)
-        backbone = Normalize(obs_norm)
-    net = dict(hidden=cfg.hidden, activation=cfg.activation)
-    actor = make_actor(obs_spec, act_spec, backbone=backbone, in_features=width, **net)
-    critic = twin_value_critic(width, backbone=backbone, **net)
-    rnd = RND(
-        shape,
-        num_envs=cfg.num_envs,
-        feature_dim=cfg.rnd_features,
-        target_hidden=cfg.rnd_hidden,
-        predictor_hidden=cfg.rnd_hidden,
-        activation=cfg.rnd_activation,
-        obs_clip=cfg.rnd_obs_clip,
+    """:func:`rlkit.modules.rnd_networks.rnd_networks` with a config's flags."""
+    return rnd_networks(
+        env,
+        hidden=cfg.hidden,
+        activation=cfg.activation,
+        normalize_obs=cfg.normalize_obs,
+        rnd_features=cfg.rnd_features,
+        rnd_hidden=cfg.rnd_hidden,
+        rnd_activation=cfg.rnd_activation,
+        rnd_obs_clip=cfg.rnd_obs_clip,
         gamma_int=cfg.gamma_int,
         update_proportion=cfg.update_proportion,
     )
-    return actor, critic, rnd, obs_norm
 
 
-# --------------------------------------------------------------------------- learner
+# the learner ---------------------------------------------------------------------------------
+# RND-PPO's learner: intrinsic rewards, two-stream GAE, PPO epochs with the predictor.
+#
+# Per collected batch ``[N, T]`` (Burda et al. 2018, Algorithm 1)::
+#
+#     merge the batch's next observations into the RND observation statistics (all ranks)
+#     r_int = ||f_hat(s') - f(s')||^2 / std(discounted intrinsic return)    # RND
+#     [--normalize-reward: the training env already scaled r_ext by the std of its
+#      discounted episodic return (rlkit.modules.RewardNorm)]
+#     TwinGAE: A_ext, V_ext target (episodic, gamma_ext); A_int, V_int target
+#              (non-episodic, gamma_int)
+#     for epoch in 1..epochs, for each minibatch (update_loop, two loss groups in lockstep):
+#         "policy":    PPO clipped surrogate on ext_coef * A_ext + int_coef * A_int
+#                      + value_coef * (ext head + int head regressions) + entropy -> optimizer
+#         "predictor": predictor MSE on s' of a random update_proportion of the
+#                      minibatch (RNDPredictorLoss)                             -> predictor opt.
+#
+# The twin critic is **one value network with two heads** (a shared MLP trunk, a linear
+# layer with two outputs: extrinsic and intrinsic), as in the paper's policy (whose trunk
+# is also shared with the policy head; here the actor stays separate, as in rlkit's PPO).
+#
+# Multi-device: gradients of both optimisers are all-reduced by ``Context.step_optimizer``; the
+# observation and return statistics are merged from ``Context.all_gather``-ed data, so every
+# rank holds the same statistics and the same parameters.
+
+
 class RNDLearner(PolicyGradientLearner):
     """PPO with a twin critic and an RND bonus (see the module docstring for the update).
 
@@ -268,3 +270,39 @@ def _with_lr(cfg: RNDConfig, lr: float) -> RNDConfig:
     import dataclasses
 
     return dataclasses.replace(cfg, lr=lr)
+
+
+# 2-6. networks, bonus, estimator, loss, learner ---------------------------------------------
+def build(cfg: RNDConfig, env) -> RNDLearner:
+    actor, critic, rnd, obs_norm = build_rnd_networks(cfg, env)
+    estimator = TwinGAE(
+        gamma=cfg.gamma, gamma_int=cfg.gamma_int, lmbda=cfg.gae_lambda, value_network=critic
+    )
+    loss = RNDPPOLoss(
+        actor,
+        critic,
+        ext_coef=cfg.ext_coef,
+        int_coef=cfg.int_coef,
+        clip_epsilon=cfg.clip_epsilon,
+        entropy_coef=cfg.entropy_coef,
+        value_coef=cfg.value_coef,
+        value_clip_epsilon=cfg.value_clip,
+        normalize_advantage=cfg.normalize_advantage,
+    )
+    return RNDLearner(
+        actor=actor,
+        critic=critic,
+        rnd=rnd,
+        estimator=estimator,
+        loss=loss,
+        cfg=cfg,
+        obs_norm=obs_norm,
+        loss_schedules=cfg.loss_schedules,
+        predictor_loss=RNDPredictorLoss(rnd),
+    )
+
+
+# 7. fit -------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> dict:
+    cfg = parse_config(RNDConfig, argv, presets=PRESETS, description=__doc__)
+    return run(cfg, build, algo="rnd")

@@ -1,0 +1,144 @@
+"""Decoupled Advantage Actor-Critic's networks (Raileanu & Fergus 2021): a policy network
+(a trunk with a policy head and an action-conditioned advantage head) and a value network that
+shares nothing with it. Built from plain arguments; :mod:`rlkit.algorithms.daac` wires them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from tensordict.nn import TensorDictModule
+from torch import nn
+
+from rlkit import keys
+from rlkit.modules.actors import make_actor
+from rlkit.modules.critics import action_kind, make_value
+from rlkit.modules.networks import mlp, mlp_body
+from rlkit.modules.normalization import Normalize, RunningMeanStd
+
+__all__ = ["ActionAdvantage", "DAACNetworks", "advantage_head", "daac_networks"]
+
+
+class ActionAdvantage(nn.Module):
+    r""":math:`A_\theta(s, a)` from the policy trunk's features, at the given action.
+
+    ``kind="categorical"``: ``head(features)`` has one output per action, gathered at the
+    int64 action index (the paper); ``"one_hot"``: the same, selected by a one-hot action;
+    ``"continuous"``: ``head(concat(features, action))``. Returns ``[*, 1]``.
+    """
+
+    KINDS = ("categorical", "one_hot", "continuous")
+
+    def __init__(self, trunk: nn.Module, head: nn.Module, *, kind: str) -> None:
+        super().__init__()
+        if kind not in self.KINDS:
+            raise ValueError(f"ActionAdvantage: kind must be one of {self.KINDS}, got {kind!r}")
+        self.trunk, self.head, self.kind = trunk, head, kind
+
+    def forward(self, observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        features = self.trunk(observation)
+        if self.kind == "categorical":
+            return self.head(features).gather(-1, action.long().unsqueeze(-1))
+        if self.kind == "one_hot":
+            return (self.head(features) * action.to(features.dtype)).sum(-1, keepdim=True)
+        return self.head(torch.cat([features, action.to(features.dtype)], dim=-1))
+
+
+def advantage_head(
+    trunk: nn.Module,
+    width: int,
+    *,
+    kind: str,
+    size: int,
+    hidden: tuple[int, ...] = (),
+    activation: str = "tanh",
+) -> TensorDictModule:
+    """The advantage head as a TensorDict module: reads ``keys.OBSERVATION`` and
+    ``keys.ACTION``, writes ``keys.ADVANTAGE_PRED`` ``[*, 1]``.
+
+    Args:
+        trunk: the policy network's feature extractor (shared with the actor).
+        width: the trunk's output width.
+        kind: ``"categorical"``, ``"one_hot"`` or ``"continuous"`` (see
+            :class:`ActionAdvantage`).
+        size: number of actions (discrete) or the action dimension (continuous).
+        hidden: hidden widths of the head's MLP; output layer orthogonal with gain 1.
+    """
+    if kind == "continuous":
+        head = mlp(width + size, 1, hidden=hidden, activation=activation)
+    else:
+        head = mlp(width, size, hidden=hidden, activation=activation)
+    return TensorDictModule(
+        ActionAdvantage(trunk, head, kind=kind),
+        in_keys=[keys.OBSERVATION, keys.ACTION],
+        out_keys=[keys.ADVANTAGE_PRED],
+    )
+
+
+@dataclass
+class DAACNetworks:
+    """The policy network (``trunk`` -> ``actor`` and ``advantage_head``) and the value
+    network (``critic``); ``obs_norm`` holds running observation statistics used by both."""
+
+    actor: nn.Module
+    advantage_head: nn.Module
+    critic: nn.Module
+    trunk: nn.Module
+    obs_norm: nn.Module | None = None
+
+
+def daac_networks(
+    env,
+    *,
+    hidden: Sequence[int] = (64, 64),
+    activation: str = "tanh",
+    adv_hidden: Sequence[int] | None = None,
+    normalize_obs: bool = False,
+) -> DAACNetworks:
+    """Policy network and value network sized from ``env``'s specs (flat observations).
+
+    Policy network: ``[Normalize] -> mlp_body(hidden)`` trunk, a linear policy head (gain
+    0.01) and the advantage head (``adv_hidden`` hidden widths; ``None``: none for discrete
+    actions, one layer of the trunk's width for continuous ones). Value network:
+    ``[Normalize] -> mlp(hidden) -> 1``, no parameter shared with the policy network.
+    """
+    hidden = tuple(hidden)
+
+    obs_spec, act_spec = env.observation_spec, env.action_spec
+    obs_shape = obs_spec[keys.OBSERVATION].shape[len(env.batch_size) :]
+    if len(obs_shape) != 1:
+        raise ValueError(
+            f"DAAC's MLP networks need flat vector observations, got shape {list(obs_shape)}: "
+            "flatten them with a gymnasium wrapper or build the networks by hand"
+        )
+    obs_dim = int(obs_shape[0])
+    obs_norm = norm = None
+    if normalize_obs:
+        obs_norm = RunningMeanStd(obs_shape)
+        norm = Normalize(obs_norm)
+    body = mlp_body(obs_dim, hidden=hidden, activation=activation)
+    trunk = body if norm is None else nn.Sequential(norm, body)
+    width = hidden[-1]
+    actor = make_actor(
+        obs_spec, act_spec, backbone=trunk, in_features=width, hidden=(), activation=activation
+    )
+    info = action_kind(act_spec, batch_shape=tuple(env.batch_size))
+    if adv_hidden is None:
+        adv_hidden = (width,) if info.kind == "continuous" else ()
+    head = advantage_head(
+        trunk,
+        width,
+        kind=info.kind,
+        size=info.size,
+        hidden=tuple(adv_hidden),
+        activation=activation,
+    )
+    critic = make_value(
+        obs_spec,
+        backbone=norm,
+        in_features=obs_dim if norm is not None else None,
+        hidden=hidden,
+        activation=activation,
+    )
+    return DAACNetworks(actor, head, critic, trunk, obs_norm)
