@@ -13,9 +13,6 @@ import pytest
 import torch
 
 from rlkit import keys
-from rlkit.objectives.a2c import A2CLoss
-from rlkit.objectives.svpg import median_bandwidth, rbf_kernel, stein_update
-from rlkit.training.engine import Context, Counters
 from rlkit.algorithms.svpg import SVPGLearner
 from rlkit.modules.particles import (
     ParticlePolicy,
@@ -23,6 +20,9 @@ from rlkit.modules.particles import (
     particle_ensemble,
     particle_index,
 )
+from rlkit.objectives.a2c import A2CLoss
+from rlkit.objectives.svpg import median_bandwidth, rbf_kernel, stein_update
+from rlkit.training.engine import Context, Counters
 from rlkit.value import GAE
 from tests.test_engine import load_recipe
 from tests.test_subprocess import run_ddp

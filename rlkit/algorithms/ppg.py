@@ -189,6 +189,7 @@ PRESETS: dict[str, dict] = {
 # buffer, and checkpoints of the buffer and the position in the phase cycle so a resume
 # continues the cycle exactly.
 
+
 @torch.no_grad()
 def record_pre_aux(
     actor: nn.Module, critic: nn.Module, td: TensorDictBase, *, chunk: int = 4096
