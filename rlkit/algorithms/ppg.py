@@ -31,6 +31,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from rlkit import keys
+from rlkit.algorithms import ppo
 from rlkit.algorithms.onpolicy import ClipConfig, PolicyGradientLearner, make_optimizer
 from rlkit.modules.ppg_networks import ARCHS, ENCODERS, INIT_FNS, PPGNetworks, ppg_networks
 from rlkit.objectives import PPGAuxLoss, PPOLoss
@@ -132,20 +133,8 @@ class PPGConfig(ClipConfig):
 
 #: Settings that override the defaults for an environment (flags and --config still win).
 PRESETS: dict[str, dict] = {
-    "LunarLander-v3": dict(
-        total_frames=1_000_000,
-        num_envs=16,
-        rollout_steps=128,
-        epochs=4,
-        minibatch_size=128,
-        lr=5e-4,
-        gamma=0.999,
-        gae_lambda=0.98,
-        entropy_coef=0.01,
-        n_pi=8,
-        clip_epsilon_final=None,
-        target_return=None,
-    ),
+    # PPO's LunarLander preset (the same settings) plus the phase length
+    "LunarLander-v3": dict(ppo.PRESETS["LunarLander-v3"], n_pi=8),
     # pixel observations: the paper's Procgen settings, scaled to a CPU-sized batch
     "CarRacing-v3": dict(
         encoder="impala",

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rlkit.algorithms.onpolicy import ClipConfig, PolicyGradientLearner, build_actor_critic
+from rlkit.algorithms.rnd import RNDConfig
 from rlkit.objectives import PPOLoss
 from rlkit.training import parse_config, run
 from rlkit.value import GAE
@@ -57,7 +58,7 @@ PRESETS: dict[str, dict] = {
         normalize_obs=True,
         target_return=None,
     ),
-    # the same settings as recipes/ppg.py's LunarLander preset (PPG adds its phases)
+    # also PPG's LunarLander preset (rlkit.algorithms.ppg adds its phases)
     "LunarLander-v3": dict(
         total_frames=1_000_000,
         num_envs=16,
@@ -71,24 +72,27 @@ PRESETS: dict[str, dict] = {
         clip_epsilon_final=None,
         target_return=None,
     ),
-    # the settings of recipes/rnd.py's defaults without the bonus: RND's baseline
-    "MountainCar-v0": dict(
-        total_frames=1_000_000,
-        num_envs=32,
-        rollout_steps=128,
-        epochs=4,
-        minibatch_size=1024,
-        lr=3e-4,
-        lr_schedule="constant",
-        gamma=0.999,
-        gae_lambda=0.95,
-        entropy_coef=0.001,
-        clip_epsilon_final=None,
-        normalize_obs=True,
-        normalize_reward=True,
-        eval_every=25_000,
-        target_return=None,
-    ),
+}
+# RND-PPO's defaults without the bonus: RND's baseline (written once, in rlkit.algorithms.rnd)
+PRESETS["MountainCar-v0"] = {
+    name: getattr(RNDConfig(), name)
+    for name in (
+        "total_frames",
+        "num_envs",
+        "rollout_steps",
+        "epochs",
+        "minibatch_size",
+        "lr",
+        "lr_schedule",
+        "gamma",
+        "gae_lambda",
+        "entropy_coef",
+        "clip_epsilon_final",
+        "normalize_obs",
+        "normalize_reward",
+        "eval_every",
+        "target_return",
+    )
 }
 # MountainCar with reward 1 at the goal and 0 otherwise (rlkit.envs.sparse): the same settings,
 # scored on MountainCar-v0's return (-steps to the goal) with sampled actions (the argmax of a
