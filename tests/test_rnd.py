@@ -23,8 +23,9 @@ from rlkit.algorithms.rnd import RNDConfig
 from rlkit.modules.rnd_networks import twin_value_critic
 from rlkit.objectives import MissingKeyError, PPOLoss
 from rlkit.objectives import rnd as rnd_module
-from rlkit.objectives.rnd import RND, ReturnScaler, RNDPPOLoss, TwinGAE, non_episodic_gae
+from rlkit.objectives.rnd import RND, ReturnScaler, RNDPPOLoss
 from rlkit.training import checkpoint as ckpt
+from rlkit.value import TwinGAE, non_episodic_gae
 from tests.test_subprocess import run_ddp
 
 ROOT = Path(__file__).resolve().parents[1]

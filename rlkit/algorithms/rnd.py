@@ -35,11 +35,12 @@ from torch import nn
 from rlkit import keys
 from rlkit.algorithms.onpolicy import ClipConfig, PolicyGradientLearner, make_optimizer
 from rlkit.modules.rnd_networks import rnd_networks
-from rlkit.objectives.rnd import RND, RNDPPOLoss, RNDPredictorLoss, TwinGAE
+from rlkit.objectives.rnd import RND, RNDPPOLoss, RNDPredictorLoss
 from rlkit.training import parse_config, run
 from rlkit.training.config import in_unit_interval, non_negative, positive
 from rlkit.training.engine import Context
 from rlkit.training.update import LossGroup
+from rlkit.value import TwinGAE
 
 
 def _help(text: str, **kw: Any) -> dict[str, Any]:
@@ -166,7 +167,7 @@ class RNDLearner(PolicyGradientLearner):
         actor: the policy.
         critic: the twin critic (:func:`twin_value_critic`).
         rnd: the :class:`~rlkit.objectives.rnd.RND` module.
-        estimator: :class:`~rlkit.objectives.rnd.TwinGAE` over the twin critic.
+        estimator: :class:`~rlkit.value.TwinGAE` over the twin critic.
         loss: :class:`~rlkit.objectives.rnd.RNDPPOLoss`.
         cfg: an :class:`RNDConfig`.
         obs_norm, loss_schedules: as for :class:`PolicyGradientLearner`.

@@ -7,10 +7,11 @@ Four pieces, used together by :class:`rlkit.algorithms.rnd.RNDLearner`:
   :math:`\hat f` on normalised, clipped observations. The intrinsic reward of a step is the
   predictor's error at the observation the step returned, scaled by the running standard
   deviation of the discounted intrinsic return.
-* :class:`TwinGAE` -- GAE per stream: the extrinsic stream episodic (``keys.ADVANTAGE``,
+* :class:`~rlkit.value.TwinGAE` -- GAE per stream: the extrinsic stream episodic
+  (``keys.ADVANTAGE``,
   ``keys.VALUE_TARGET``), the intrinsic stream non-episodic with its own discount
   (``keys.INTRINSIC_ADVANTAGE``, ``keys.INTRINSIC_VALUE_TARGET``); the pure core is
-  :func:`non_episodic_gae`.
+  :func:`rlkit.value.functional.non_episodic_gae`.
 * :class:`RNDPPOLoss` -- PPO's clipped surrogate on
   :math:`A = c_E A^E + c_I A^I` and the sum of both value heads' regressions.
 * :class:`RNDPredictorLoss` -- the predictor's distillation loss on a minibatch's next
@@ -44,17 +45,12 @@ from rlkit.objectives.common import (
 )
 from rlkit.objectives.functional import clipped_value_loss, explained_variance, value_loss
 from rlkit.objectives.ppo import PPOLoss
-from rlkit.value import GAE
-from rlkit.value.functional import gae
 
 __all__ = [
     "RND",
     "ReturnScaler",
     "RNDPPOLoss",
     "RNDPredictorLoss",
-    "TwinGAE",
-    "continuing_next_value",
-    "non_episodic_gae",
 ]
 
 WRITTEN_BY_RND = (
@@ -62,7 +58,7 @@ WRITTEN_BY_RND = (
     "estimator runs)"
 )
 WRITTEN_BY_TWIN_GAE = (
-    "rlkit.objectives.rnd.TwinGAE writes it (GAE of the intrinsic stream) before the loss runs"
+    "rlkit.value.TwinGAE writes it (GAE of the intrinsic stream) before the loss runs"
 )
 WRITTEN_BY_TWIN_CRITIC = (
     "the twin critic writes it at collection-time (value clipping needs the old intrinsic "
@@ -352,162 +348,6 @@ class RND(nn.Module):
             )
 
 
-# --------------------------------------------------------------------------- estimation
-def non_episodic_gae(
-    reward: Tensor,
-    value: Tensor,
-    next_value: Tensor,
-    *,
-    gamma: float,
-    lmbda: float,
-    time_dim: int = -2,
-) -> tuple[Tensor, Tensor]:
-    r"""GAE that ignores episode ends (the paper's intrinsic stream).
-
-    .. math::
-        \delta_t = r_t + \gamma V'_t - V_t,\qquad A_t = \delta_t + \gamma\lambda A_{t+1},
-        \quad A_T = 0
-
-    over the whole batch, whatever ``done`` says: :func:`rlkit.value.functional.gae` with no
-    done and no terminated step. Pass ``next_value`` from :func:`continuing_next_value` so
-    that the stream continues into the next episode's first state. Returns
-    ``(advantage, value_target)`` of the input shape ``[..., T, 1]``.
-
-    Example:
-        >>> r = torch.tensor([[[1.0], [0.0], [2.0]]])
-        >>> v = torch.zeros(1, 3, 1)
-        >>> non_episodic_gae(r, v, v, gamma=0.5, lmbda=1.0)[0].flatten().tolist()
-        [1.5, 1.0, 2.0]
-    """
-    never = torch.zeros(reward.shape, dtype=torch.bool, device=reward.device)
-    return gae(reward, value, next_value, never, never, gamma=gamma, lmbda=lmbda, time_dim=time_dim)
-
-
-def continuing_next_value(value: Tensor, last_next_value: Tensor, *, time_dim: int = -2) -> Tensor:
-    r""":math:`V'_t = V(s_{t+1})`, the value at the *following step's* observation.
-
-    After a done step that is the next episode's first observation (the agent's stream
-    continues there, which is what non-episodic means); at the batch's last step it is
-    ``last_next_value`` (the value at ``("next", "observation")``), the only one available.
-    Inputs ``[..., T, 1]``; returns the same shape.
-    """
-    if value.shape != last_next_value.shape:
-        raise ValueError(
-            f"value {list(value.shape)} and last_next_value {list(last_next_value.shape)} "
-            "must share one shape"
-        )
-    steps = value.shape[time_dim]
-    return torch.cat(
-        [value.narrow(time_dim, 1, steps - 1), last_next_value.narrow(time_dim, steps - 1, 1)],
-        dim=time_dim,
-    )
-
-
-class TwinGAE(GAE):
-    r"""GAE for both streams of a twin critic.
-
-    * extrinsic (episodic, :class:`rlkit.value.GAE` semantics: ``terminated`` masks the
-      bootstrap, ``done`` cuts the recursion, truncations bootstrap from the true final
-      observation), discount ``gamma``: writes ``keys.ADVANTAGE`` and ``keys.VALUE_TARGET``;
-    * intrinsic (non-episodic, :func:`non_episodic_gae` with
-      :func:`continuing_next_value`), discount ``gamma_int``: reads ``keys.INTRINSIC_REWARD``
-      and writes ``keys.INTRINSIC_ADVANTAGE`` and ``keys.INTRINSIC_VALUE_TARGET``.
-
-    Keys read besides :class:`~rlkit.value.GAE`'s: ``keys.INTRINSIC_REWARD`` ``[..., T, 1]``,
-    ``keys.INTRINSIC_STATE_VALUE`` and ``("next", keys.INTRINSIC_STATE_VALUE)``
-    ``[..., T, 1]`` (written by ``value_network``, a twin critic, when absent).
-
-    Args:
-        gamma: extrinsic discount in [0, 1] (paper 0.999).
-        gamma_int: intrinsic discount in [0, 1] (paper 0.99).
-        lmbda: GAE lambda of both streams (paper 0.95); ``lmbda_int`` overrides the
-            intrinsic one.
-        value_network: a twin critic writing ``keys.STATE_VALUE`` and
-            ``keys.INTRINSIC_STATE_VALUE``.
-        time_dim, recompute_values: as for :class:`~rlkit.value.GAE`.
-    """
-
-    def __init__(
-        self,
-        *,
-        gamma: float,
-        gamma_int: float,
-        lmbda: float,
-        lmbda_int: float | None = None,
-        value_network: Callable[[TensorDictBase], TensorDictBase] | None = None,
-        time_dim: int | None = None,
-        recompute_values: bool = False,
-    ) -> None:
-        super().__init__(
-            gamma=gamma,
-            lmbda=lmbda,
-            value_network=value_network,
-            time_dim=time_dim,
-            recompute_values=recompute_values,
-        )
-        self.gamma_int = _check_real("TwinGAE: gamma_int", gamma_int, 0.0, 1.0, open_low=False)
-        lmbda_int = lmbda if lmbda_int is None else lmbda_int
-        self.lmbda_int = _check_real("TwinGAE: lmbda_int", lmbda_int, 0.0, 1.0, open_low=False)
-
-    @property
-    def in_keys(self) -> list:
-        return [
-            *super().in_keys,
-            keys.INTRINSIC_REWARD,
-            keys.INTRINSIC_STATE_VALUE,
-            keys.NEXT_INTRINSIC_STATE_VALUE,
-        ]
-
-    @property
-    def out_keys(self) -> list:
-        return [*super().out_keys, keys.INTRINSIC_ADVANTAGE, keys.INTRINSIC_VALUE_TARGET]
-
-    def _ensure_values(self, td: TensorDictBase) -> None:
-        wanted = (
-            keys.STATE_VALUE,
-            keys.NEXT_STATE_VALUE,
-            keys.INTRINSIC_STATE_VALUE,
-            keys.NEXT_INTRINSIC_STATE_VALUE,
-        )
-        present = td.keys(include_nested=True)
-        if not self.recompute_values and all(k in present for k in wanted):
-            return
-        if self.value_network is None:
-            missing = ", ".join(keys.describe(k) for k in wanted if k not in present)
-            raise KeyError(
-                f"{missing} missing and no value_network given: pass value_network=<a twin "
-                "critic> or write both heads' values (current and next) first"
-            )
-        self._check_value_inputs(td, False)
-        self._check_value_inputs(td, True)
-        self.value_network(td)
-        self.value_network(td.get(keys.NEXT))
-
-    @torch.no_grad()
-    def forward(self, td: TensorDictBase, *, time_dim: int | None = None) -> TensorDictBase:
-        present = td.keys(include_nested=True)
-        if keys.INTRINSIC_REWARD not in present:
-            raise KeyError(f"{keys.describe(keys.INTRINSIC_REWARD)} is missing: {WRITTEN_BY_RND}")
-        super().forward(td, time_dim=time_dim)  # extrinsic stream; writes both heads' values
-        fdim = self._resolve_time_dim(td, time_dim) - td.batch_dims - 1
-        value = self._get_scalar(td, keys.INTRINSIC_STATE_VALUE)
-        last = self._get_scalar(td, keys.NEXT_INTRINSIC_STATE_VALUE)
-        advantage, target = non_episodic_gae(
-            self._get_scalar(td, keys.INTRINSIC_REWARD),
-            value,
-            continuing_next_value(value, last, time_dim=fdim),
-            gamma=self.gamma_int,
-            lmbda=self.lmbda_int,
-            time_dim=fdim,
-        )
-        td.set(keys.INTRINSIC_ADVANTAGE, advantage)
-        td.set(keys.INTRINSIC_VALUE_TARGET, target)
-        return td
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, gamma_int={self.gamma_int}, lmbda_int={self.lmbda_int}"
-
-
 # --------------------------------------------------------------------------- the loss
 VALUE_LOSS_EXTRINSIC = "value_loss_extrinsic"
 VALUE_LOSS_INTRINSIC = "value_loss_intrinsic"
@@ -533,7 +373,7 @@ class RNDPPOLoss(PPOLoss):
 
     Keys read, besides :class:`~rlkit.objectives.PPOLoss`'s (whose ``keys.ADVANTAGE`` and
     ``keys.VALUE_TARGET`` are the extrinsic stream's): ``keys.INTRINSIC_ADVANTAGE`` and
-    ``keys.INTRINSIC_VALUE_TARGET`` ``[*, 1]`` (written by :class:`TwinGAE`), and
+    ``keys.INTRINSIC_VALUE_TARGET`` ``[*, 1]`` (written by :class:`~rlkit.value.TwinGAE`), and
     ``keys.INTRINSIC_STATE_VALUE`` ``[*, 1]`` with value clipping. The critic must write
     ``keys.STATE_VALUE`` and ``keys.INTRINSIC_STATE_VALUE``.
 

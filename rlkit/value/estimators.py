@@ -44,7 +44,7 @@ from torch import nn
 from rlkit import keys
 from rlkit.value import functional as F
 
-__all__ = ["GAE", "TDLambda", "VTrace", "VTRACE_RHO"]
+__all__ = ["GAE", "TDLambda", "TwinGAE", "VTrace", "VTRACE_RHO"]
 
 #: Key :class:`VTrace` writes: the raw (unclipped) importance ratio
 #: :math:`\rho_t = \pi(a_t|x_t) / \mu(a_t|x_t)` at the stored action, shape ``[..., T, 1]``.
@@ -387,3 +387,114 @@ def _joint_log_prob(log_prob: torch.Tensor, td: TensorDictBase, name: str) -> to
     if log_prob.ndim > td.batch_dims:
         log_prob = log_prob.sum(dim=tuple(range(td.batch_dims, log_prob.ndim)))
     return log_prob.unsqueeze(-1)
+
+
+_WRITTEN_BY_RND = (
+    "rlkit.objectives.rnd.RND.intrinsic_reward writes it (RNDLearner does, before the "
+    "estimator runs)"
+)
+
+
+class TwinGAE(GAE):
+    r"""GAE for both streams of a twin critic.
+
+    * extrinsic (episodic, :class:`rlkit.value.GAE` semantics: ``terminated`` masks the
+      bootstrap, ``done`` cuts the recursion, truncations bootstrap from the true final
+      observation), discount ``gamma``: writes ``keys.ADVANTAGE`` and ``keys.VALUE_TARGET``;
+    * intrinsic (non-episodic, :func:`non_episodic_gae` with
+      :func:`continuing_next_value`), discount ``gamma_int``: reads ``keys.INTRINSIC_REWARD``
+      and writes ``keys.INTRINSIC_ADVANTAGE`` and ``keys.INTRINSIC_VALUE_TARGET``.
+
+    Keys read besides :class:`~rlkit.value.GAE`'s: ``keys.INTRINSIC_REWARD`` ``[..., T, 1]``,
+    ``keys.INTRINSIC_STATE_VALUE`` and ``("next", keys.INTRINSIC_STATE_VALUE)``
+    ``[..., T, 1]`` (written by ``value_network``, a twin critic, when absent).
+
+    Args:
+        gamma: extrinsic discount in [0, 1] (paper 0.999).
+        gamma_int: intrinsic discount in [0, 1] (paper 0.99).
+        lmbda: GAE lambda of both streams (paper 0.95); ``lmbda_int`` overrides the
+            intrinsic one.
+        value_network: a twin critic writing ``keys.STATE_VALUE`` and
+            ``keys.INTRINSIC_STATE_VALUE``.
+        time_dim, recompute_values: as for :class:`~rlkit.value.GAE`.
+    """
+
+    def __init__(
+        self,
+        *,
+        gamma: float,
+        gamma_int: float,
+        lmbda: float,
+        lmbda_int: float | None = None,
+        value_network: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        time_dim: int | None = None,
+        recompute_values: bool = False,
+    ) -> None:
+        super().__init__(
+            gamma=gamma,
+            lmbda=lmbda,
+            value_network=value_network,
+            time_dim=time_dim,
+            recompute_values=recompute_values,
+        )
+        self.gamma_int = F._check_unit_interval("TwinGAE: gamma_int", gamma_int)
+        lmbda_int = lmbda if lmbda_int is None else lmbda_int
+        self.lmbda_int = F._check_unit_interval("TwinGAE: lmbda_int", lmbda_int)
+
+    @property
+    def in_keys(self) -> list:
+        return [
+            *super().in_keys,
+            keys.INTRINSIC_REWARD,
+            keys.INTRINSIC_STATE_VALUE,
+            keys.NEXT_INTRINSIC_STATE_VALUE,
+        ]
+
+    @property
+    def out_keys(self) -> list:
+        return [*super().out_keys, keys.INTRINSIC_ADVANTAGE, keys.INTRINSIC_VALUE_TARGET]
+
+    def _ensure_values(self, td: TensorDictBase) -> None:
+        wanted = (
+            keys.STATE_VALUE,
+            keys.NEXT_STATE_VALUE,
+            keys.INTRINSIC_STATE_VALUE,
+            keys.NEXT_INTRINSIC_STATE_VALUE,
+        )
+        present = td.keys(include_nested=True)
+        if not self.recompute_values and all(k in present for k in wanted):
+            return
+        if self.value_network is None:
+            missing = ", ".join(keys.describe(k) for k in wanted if k not in present)
+            raise KeyError(
+                f"{missing} missing and no value_network given: pass value_network=<a twin "
+                "critic> or write both heads' values (current and next) first"
+            )
+        self._check_value_inputs(td, False)
+        self._check_value_inputs(td, True)
+        self.value_network(td)
+        self.value_network(td.get(keys.NEXT))
+
+    @torch.no_grad()
+    def forward(self, td: TensorDictBase, *, time_dim: int | None = None) -> TensorDictBase:
+        present = td.keys(include_nested=True)
+        if keys.INTRINSIC_REWARD not in present:
+            raise KeyError(f"{keys.describe(keys.INTRINSIC_REWARD)} is missing: {_WRITTEN_BY_RND}")
+        super().forward(td, time_dim=time_dim)  # extrinsic stream; writes both heads' values
+        fdim = self._resolve_time_dim(td, time_dim) - td.batch_dims - 1
+        value = self._get_scalar(td, keys.INTRINSIC_STATE_VALUE)
+        last = self._get_scalar(td, keys.NEXT_INTRINSIC_STATE_VALUE)
+        advantage, target = F.non_episodic_gae(
+            self._get_scalar(td, keys.INTRINSIC_REWARD),
+            value,
+            F.continuing_next_value(value, last, time_dim=fdim),
+            gamma=self.gamma_int,
+            lmbda=self.lmbda_int,
+            time_dim=fdim,
+        )
+        td.set(keys.INTRINSIC_ADVANTAGE, advantage)
+        td.set(keys.INTRINSIC_VALUE_TARGET, target)
+        return td
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, gamma_int={self.gamma_int}, lmbda_int={self.lmbda_int}"

@@ -43,7 +43,7 @@ import numbers
 
 import torch
 
-__all__ = ["gae", "td_lambda", "vtrace"]
+__all__ = ["continuing_next_value", "gae", "non_episodic_gae", "td_lambda", "vtrace"]
 
 
 # --------------------------------------------------------------------------- validation
@@ -411,3 +411,55 @@ def _continue_coef(cut: torch.Tensor, scale: float, like: torch.Tensor) -> torch
     """``scale * (1 - cut)`` with ``like``'s dtype and device, in one op."""
     zero = torch.zeros((), dtype=like.dtype, device=like.device)
     return torch.where(cut, zero, torch.full_like(zero, scale))
+
+
+def non_episodic_gae(
+    reward: torch.Tensor,
+    value: torch.Tensor,
+    next_value: torch.Tensor,
+    *,
+    gamma: float,
+    lmbda: float,
+    time_dim: int = -2,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""GAE that ignores episode ends (the paper's intrinsic stream).
+
+    .. math::
+        \delta_t = r_t + \gamma V'_t - V_t,\qquad A_t = \delta_t + \gamma\lambda A_{t+1},
+        \quad A_T = 0
+
+    over the whole batch, whatever ``done`` says: :func:`rlkit.value.functional.gae` with no
+    done and no terminated step. Pass ``next_value`` from :func:`continuing_next_value` so
+    that the stream continues into the next episode's first state. Returns
+    ``(advantage, value_target)`` of the input shape ``[..., T, 1]``.
+
+    Example:
+        >>> r = torch.tensor([[[1.0], [0.0], [2.0]]])
+        >>> v = torch.zeros(1, 3, 1)
+        >>> non_episodic_gae(r, v, v, gamma=0.5, lmbda=1.0)[0].flatten().tolist()
+        [1.5, 1.0, 2.0]
+    """
+    never = torch.zeros(reward.shape, dtype=torch.bool, device=reward.device)
+    return gae(reward, value, next_value, never, never, gamma=gamma, lmbda=lmbda, time_dim=time_dim)
+
+
+def continuing_next_value(
+    value: torch.Tensor, last_next_value: torch.Tensor, *, time_dim: int = -2
+) -> torch.Tensor:
+    r""":math:`V'_t = V(s_{t+1})`, the value at the *following step's* observation.
+
+    After a done step that is the next episode's first observation (the agent's stream
+    continues there, which is what non-episodic means); at the batch's last step it is
+    ``last_next_value`` (the value at ``("next", "observation")``), the only one available.
+    Inputs ``[..., T, 1]``; returns the same shape.
+    """
+    if value.shape != last_next_value.shape:
+        raise ValueError(
+            f"value {list(value.shape)} and last_next_value {list(last_next_value.shape)} "
+            "must share one shape"
+        )
+    steps = value.shape[time_dim]
+    return torch.cat(
+        [value.narrow(time_dim, 1, steps - 1), last_next_value.narrow(time_dim, steps - 1, 1)],
+        dim=time_dim,
+    )
