@@ -85,6 +85,9 @@ INTRINSIC_ADVANTAGE = "intrinsic_advantage"
 INTRINSIC_VALUE_TARGET = "intrinsic_value_target"
 #: DAAC: the policy network's advantage head A_hat(s, a) at the stored action, ``[*, 1]``.
 ADVANTAGE_PRED = "advantage_pred"
+#: DAAC: the advantage standardised once over the whole batch (``--advantage-norm batch``),
+#: the target of the advantage head and the surrogate's weight, ``[*, 1]``.
+NORMALIZED_ADVANTAGE = "normalized_advantage"
 #: SVPG: the index of the policy particle that acted, ``[*]`` int64.
 PARTICLE = "particle"
 NEXT = "next"

@@ -70,7 +70,7 @@ ADVANTAGE_TARGETS = ("normalized", "raw")
 #: Over what the advantage is standardised: the whole batch (the authors' code) or each minibatch.
 ADVANTAGE_NORMS = ("batch", "minibatch")
 #: The batch-standardised advantage ``[*, 1]``, written by :meth:`DAACLoss.standardize_batch`.
-NORMALIZED_ADVANTAGE = "normalized_advantage"
+NORMALIZED_ADVANTAGE = keys.NORMALIZED_ADVANTAGE
 
 
 def _check_policy_networks(actor: object, advantage_head: object) -> None:
