@@ -12,6 +12,7 @@ from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from rlkit import keys
 from rlkit.modules import make_actor, q_critic_continuous, q_critic_discrete
 from rlkit.objectives import DiscreteSACLoss, MissingKeyError, SACLoss
+from rlkit.objectives.dqn import PRIORITY_WEIGHT
 from rlkit.objectives.sac import tanh_normal_rsample
 
 GAMMA = 0.9
@@ -309,4 +310,78 @@ def test_bad_networks_and_keys_are_named():
     td = batch()
     del td["next", "reward"]
     with pytest.raises(MissingKeyError, match="'reward'"):
+        continuous_loss().qvalue_loss(td)
+
+
+# --------------------------------------------------------------------------- parts
+
+
+def test_parts_are_the_forward_split_and_declare_their_keys():
+    loss = continuous_loss()
+    td = batch()
+    torch.manual_seed(4)
+    whole = loss(td)
+    torch.manual_seed(4)
+    critic, actor = loss.critic_view(), loss.actor_view()
+    parts = critic(td.select(*critic.in_keys))
+    parts.update(actor(td.select(*actor.in_keys)))
+    assert set(parts.keys()) == set(whole.keys())
+    for key, value in whole.items():
+        torch.testing.assert_close(parts[key], value)
+    assert set(critic.in_keys) == {
+        keys.OBSERVATION, ("next", keys.OBSERVATION), keys.ACTION, ("next", "reward"),
+        ("next", "terminated"),
+    }  # fmt: skip
+    assert actor.in_keys == [keys.OBSERVATION]
+    assert not any(isinstance(m, SACLoss) for m in critic.modules())  # a view, not an owner
+    assert sorted(k for k, _ in parts.items() if k.startswith("loss_")) == [
+        "loss_actor", "loss_alpha", "loss_qvalue",
+    ]  # fmt: skip
+
+
+def test_discrete_parts_declare_their_keys():
+    loss = discrete_loss()
+    critic, actor = loss.critic_view(), loss.actor_view()
+    td = batch(discrete=True)
+    out = critic(td.select(*critic.in_keys))
+    assert {"loss_qvalue", "value_mean", "td_error"} <= set(out.keys())
+    assert {"loss_actor", "loss_alpha"} <= set(actor(td.select(*actor.in_keys)).keys())
+
+
+@pytest.mark.parametrize("norm_by", ["max", "sum"])
+def test_priority_weights_weight_the_critic_loss(norm_by):
+    loss = continuous_loss(priority_weights=norm_by)
+    assert PRIORITY_WEIGHT in loss.critic_view().in_keys
+    assert PRIORITY_WEIGHT not in loss.actor_view().in_keys
+    calls = recording(loss)
+    weights = torch.tensor([0.2, 1.0, 0.5, 0.25, 0.75, 0.1])
+    td = batch()
+    td.set(PRIORITY_WEIGHT, weights)
+    loss_q, _ = loss.qvalue_loss(td)
+    (next_obs, next_action, next_log_prob) = calls[0]
+    with torch.no_grad():
+        q_next = torch.min(
+            q_of(loss.q1_target.module, next_obs, next_action),
+            q_of(loss.q2_target.module, next_obs, next_action),
+        )
+        not_done = 1.0 - td["next", "terminated"].squeeze(-1).float()
+        target = td["next", "reward"].squeeze(-1) + GAMMA * not_done * (
+            q_next - 0.5 * next_log_prob
+        )
+        total = 0.0
+        for q in (loss.q1, loss.q2):
+            sq = (q_of(q, td[keys.OBSERVATION], td[keys.ACTION]) - target).square()
+            total += (
+                (weights * sq).mean() if norm_by == "max" else (weights * sq).sum() / weights.sum()
+            )
+    assert loss_q.item() == pytest.approx(0.5 * float(total), rel=1e-5)
+    del td[PRIORITY_WEIGHT]
+    with pytest.raises(MissingKeyError, match="priority_weight"):
+        loss.qvalue_loss(td)
+
+
+def test_sac_weights_a_uniform_loss_would_ignore_are_an_error():
+    td = batch()
+    td.set(PRIORITY_WEIGHT, torch.ones(B))
+    with pytest.raises(ValueError, match="priority_weights=None and would ignore"):
         continuous_loss().qvalue_loss(td)

@@ -562,7 +562,7 @@ class OffPolicyLearner(Learner):
         cfg = self.cfg
         replay = self._replay(ctx)
         transitions = self.transitions(batch)
-        if transitions.numel():
+        if transitions.shape[0]:  # (TensorDict.numel() is 1 for an empty batch)
             replay.extend(transitions)
         self.frames += batch.numel() * ctx.world_size
         self.batches += 1
