@@ -44,3 +44,29 @@ def test_a_research_script_in_its_own_directory_imports_a_recipe(tmp_path):
 def test_unknown_algorithm_names_the_known_ones():
     with pytest.raises(ValueError, match="ppo"):
         algorithms.load("ppo3")
+
+
+def test_the_engine_layer_holds_no_algorithm():
+    """Each algorithm is found in rlkit/algorithms/<name>.py plus its recipe, not in training/."""
+    from pathlib import Path
+
+    import rlkit
+
+    root = Path(rlkit.__file__).parent
+    engine = {p.stem for p in (root / "training").glob("*.py")}
+    assert engine == {
+        "__init__",
+        "checkpoint",
+        "config",
+        "engine",
+        "evaluation",
+        "runlog",
+        "schedules",
+        "update",
+    }
+    for name in algorithms.NAMES:
+        module = algorithms.load(name)
+        assert callable(module.main) and callable(module.build) and isinstance(module.PRESETS, dict)
+        recipe = (root.parent / "recipes" / f"{name}.py").read_text()
+        assert f"from rlkit.algorithms.{name} import main" in recipe
+        assert len(recipe.splitlines()) < 20  # a thin script

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import math
 import sys
 from pathlib import Path
@@ -14,21 +13,20 @@ import pytest
 import torch
 
 from rlkit import keys
+from rlkit.algorithms.offpolicy import OffPolicyConfig
 from rlkit.data.collector import VectorEnvCollector
 from rlkit.envs import make_env
+from rlkit.modules.policies import EpsilonExploration, GreedyQPolicy
 from rlkit.objectives import DiscreteSACLoss
 from rlkit.training.engine import Context, Counters
-from rlkit.training.offpolicy import EpsilonExploration, GreedyQPolicy, OffPolicyConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def load_recipe(name: str):
-    spec = importlib.util.spec_from_file_location(f"recipe_{name}", ROOT / "recipes" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    from rlkit import algorithms
+
+    return algorithms.load(name)
 
 
 @pytest.fixture(scope="module")
@@ -377,7 +375,7 @@ def test_tanh_actor_policy_matches_the_actor():
     from torchrl.envs.utils import ExplorationType, set_exploration_type
 
     from rlkit.modules import make_actor
-    from rlkit.training.offpolicy import TanhActorPolicy
+    from rlkit.modules.policies import TanhActorPolicy
 
     env = make_env("Pendulum-v1", num_envs=1, seed=0)
     torch.manual_seed(0)

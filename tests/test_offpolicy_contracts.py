@@ -16,10 +16,12 @@ import torch
 from tensordict import TensorDict
 
 from rlkit import keys
+from rlkit.algorithms.dqn import DQNLearner
+from rlkit.algorithms.offpolicy import OffPolicyConfig
+from rlkit.algorithms.sac import SACLearner
 from rlkit.envs import make_env
+from rlkit.modules.target import call_network
 from rlkit.objectives import DQNLoss, SACLoss, nstep_transitions
-from rlkit.objectives.dqn import call_network
-from rlkit.training.offpolicy import DQNLearner, OffPolicyConfig, SACLearner
 from rlkit.training.update import LossContractError
 from tests.test_offpolicy import SMALL_DQN, Rig, context, load_recipe
 

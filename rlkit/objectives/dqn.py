@@ -32,13 +32,11 @@ from dataclasses import dataclass
 
 import torch
 from tensordict import NestedKey, TensorDict, TensorDictBase
-from tensordict.nn import TensorDictModule
 from torch import Tensor, nn
-from torchrl.modules import ValueOperator
 from torchrl.objectives import LossModule
 
 from rlkit import keys
-from rlkit.modules.target import TargetNetwork
+from rlkit.modules.target import TargetNetwork, call_network
 from rlkit.objectives.common import (
     LOSS_VALUE,
     READ_BY_NETWORK,
@@ -236,31 +234,6 @@ def read_transition(tensordict: TensorDictBase, discount_key: NestedKey | None, 
     if discount_key is None:
         return reward, terminated, gamma
     return reward, terminated, tensordict.get(discount_key).reshape(batch)
-
-
-def call_network(
-    network: nn.Module,
-    tensordict: TensorDictBase,
-    out_key: NestedKey,
-    overrides: dict[NestedKey, Tensor] | None = None,
-) -> Tensor:
-    """``network(tensordict)[out_key]``, with ``overrides`` replacing some inputs, without
-    writing into ``tensordict``.
-
-    A plain ``TensorDictModule`` / ``ValueOperator`` (also inside a
-    :class:`~rlkit.modules.TargetNetwork`) is called on its input tensors directly, which is
-    what its ``forward`` does, minus the TensorDict bookkeeping (about half the cost of a
-    small MLP's forward on the CPU).
-    """
-    overrides = overrides or {}
-    inner = network.module if isinstance(network, TargetNetwork) else network
-    if type(inner) in (TensorDictModule, ValueOperator) and list(inner.out_keys) == [out_key]:
-        args = (overrides[k] if k in overrides else tensordict.get(k) for k in inner.in_keys)
-        return inner.module(*args)
-    source = tensordict.select(*(k for k in inner.in_keys if k not in overrides))
-    for key, value in overrides.items():
-        source.set(key, value)
-    return network(source).get(out_key)
 
 
 def check_q_network(owner: str, q_network: nn.Module, out_key: NestedKey, what: str) -> None:

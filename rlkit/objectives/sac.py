@@ -37,7 +37,7 @@ every ``target_period`` gradient steps); call :meth:`SACLoss.update_target` afte
 critic step. :math:`\gamma'` is :math:`\gamma`, or the per-sample :math:`\gamma^m` of n-step
 data (:func:`rlkit.objectives.dqn.nstep_transitions`, with ``n_steps > 1``); such a target
 bootstraps after :math:`m` steps but holds no entropy terms of the intermediate steps, so it is
-not the n-step soft target, and :class:`~rlkit.training.offpolicy.SACLearner` refuses it.
+not the n-step soft target, and :class:`~rlkit.algorithms.sac.SACLearner` refuses it.
 
 Learners train the two parts separately: :meth:`SACLoss.critic_terms` (``loss_qvalue``) steps
 the critics, then :meth:`SACLoss.actor_terms` (``loss_actor``, ``loss_alpha``) the actor and
@@ -65,7 +65,7 @@ from torchrl.data import Categorical, Composite, OneHot, TensorSpec
 from torchrl.objectives import LossModule
 
 from rlkit import keys
-from rlkit.modules.target import TargetNetwork
+from rlkit.modules.target import TargetNetwork, call_network
 from rlkit.objectives.common import READ_BY_NETWORK, VALUE_MEAN, check_float, require_keys
 from rlkit.objectives.dqn import (
     BOOTSTRAP_DISCOUNT,
@@ -74,7 +74,6 @@ from rlkit.objectives.dqn import (
     WRITTEN_BY_ENV,
     WRITTEN_BY_NSTEP,
     WRITTEN_BY_SAMPLER,
-    call_network,
     check_priority_weights,
     check_q_network,
     importance_weight,

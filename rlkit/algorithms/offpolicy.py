@@ -1,0 +1,375 @@
+r"""Off-policy learners: a replay buffer between the collector and the loss.
+
+The loop the engine runs, per collected batch of ``num_envs x steps_per_batch`` frames::
+
+    batch -> transitions (flattened; n-step returns when n_steps > 1) -> replay buffer
+    if the buffer holds >= learning_starts transitions (this rank's share):
+        repeat utd_ratio x frames-of-this-batch times (fractions carried to the next batch):
+            sample a minibatch (uniform, or prioritized with importance weights)
+            [standardise / scale its rewards] -> update_loop over the loss groups
+            (every loss_* term optimised) -> target update
+            [new priorities |TD error| for prioritized replay]
+    exploration: uniform random actions until learning_starts frames, then
+                 epsilon (linear or exponential decay) for DQN, the stochastic policy for SAC
+
+Buffers are TorchRL ``TensorDictReplayBuffer`` s (``LazyTensorStorage`` with
+``RandomSampler`` or ``PrioritizedSampler``), one per rank, each filled by its own rank's
+collector; gradients are all-reduced by the engine, so every rank makes the same number of
+gradient steps and parameters stay identical. With ``--save-buffer`` (default on) the
+checkpoint holds the buffer's filled rows, write cursor and raw priorities, so a resumed run
+samples from the same data instead of refilling it.
+
+Uniform sampling draws all of a batch's minibatches at once: uniform indices with
+replacement, as TorchRL's ``RandomSampler``, read from the storage in one call (the buffer does
+not change between the minibatches, so this is the same distribution as one call per step, at
+a fraction of the per-call cost); prioritized sampling draws one minibatch per step through
+the ``PrioritizedSampler``, as priorities change after each.
+
+n-step transitions (``n_steps > 1``, DQN) are built over the stream of batches: the last
+``n - 1`` steps of each env wait for the next batch, so a window is cut only by its episode's
+end, never by a batch boundary (each transition is stored ``n - 1`` steps later).
+
+Gradient steps go through :func:`rlkit.training.update.update_loop`: DQN is one loss group (the
+Q network's Adam on every ``loss_*`` term of the loss), SAC two, called one after the other on
+the same minibatch: the critics on :meth:`~rlkit.objectives.SACLoss.critic_terms`, then (every
+``policy_delay`` steps, against the updated critics) actor and temperature on
+:meth:`~rlkit.objectives.SACLoss.actor_terms`. A term a subclass adds is optimised, never
+dropped. No algorithm maths lives here: :class:`~rlkit.objectives.DQNLoss` and
+:class:`~rlkit.objectives.SACLoss` hold it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torch import nn
+
+from rlkit import keys
+from rlkit.data.replay import NSTEP_READ, STORED, Replay
+from rlkit.modules.policies import EpsilonExploration
+from rlkit.objectives.dqn import PRIORITY_WEIGHT_NORMS, TD_ERROR, nstep_transitions
+from rlkit.training import schedules
+from rlkit.training.config import TrainConfig, in_unit_interval, non_negative, positive
+from rlkit.training.engine import Context, Learner
+from rlkit.training.update import LossContractError, MeanMetrics
+
+
+def _help(text: str, **kw: Any) -> dict[str, Any]:
+    return {"help": text, **kw}
+
+
+# --------------------------------------------------------------------------- config
+
+
+@dataclass(frozen=True)
+class OffPolicyConfig(TrainConfig):
+    """Flags shared by off-policy recipes (DQN, SAC)."""
+
+    num_envs: int = 1
+    steps_per_batch: int = field(
+        default=1, metadata=_help("env steps per env between update phases (SB3 train_freq)")
+    )
+    utd_ratio: float = field(
+        default=1.0,
+        metadata=_help("gradient steps per collected frame (update-to-data ratio)"),
+    )
+    batch_size: int = field(default=256, metadata=_help("transitions per gradient step"))
+    buffer_size: int = field(default=1_000_000, metadata=_help("replay buffer capacity per rank"))
+    learning_starts: int = field(
+        default=100,
+        metadata=_help(
+            "frames of uniform random actions before learning; updates start once "
+            "the buffer holds this many transitions"
+        ),
+    )
+    prioritized: bool = field(default=False, metadata=_help("prioritized experience replay"))
+    priority_alpha: float = field(default=0.6, metadata=_help("PER priority exponent alpha"))
+    priority_beta: float = field(
+        default=0.4, metadata=_help("PER importance exponent beta, annealed linearly to 1")
+    )
+    priority_eps: float = field(default=1e-6, metadata=_help("added to |TD error| priorities"))
+    priority_weight_norm: str = field(
+        default="max",
+        metadata=_help(
+            "PER importance-weight normalisation: max (Schaul et al.: mean(w / max w * "
+            "loss)) or sum (sum(w * loss) / sum(w))",
+            choices=PRIORITY_WEIGHT_NORMS,
+        ),
+    )
+    save_buffer: bool = field(
+        default=True,
+        metadata=_help("store the replay buffer in checkpoints (resume without refill)"),
+    )
+    n_steps: int = field(default=1, metadata=_help("n-step returns (1: one-step TD)"))
+    gamma: float = field(default=0.99, metadata=_help("discount factor"))
+    lr: float = field(default=1e-3, metadata=_help("learning rate"))
+    adam_eps: float = field(default=1e-8, metadata=_help("Adam epsilon"))
+    max_grad_norm: float = field(default=0.0, metadata=_help("gradient clipping norm (0: off)"))
+    standardize_reward: bool = field(
+        default=False, metadata=_help("standardise rewards in each sampled minibatch")
+    )
+    reward_scale: float = field(default=1.0, metadata=_help("multiply sampled rewards by this"))
+    hidden: tuple[int, ...] = field(
+        default=(256, 256), metadata=_help("hidden layer sizes, e.g. '256 256'")
+    )
+    activation: str = field(
+        default="relu", metadata=_help("relu or tanh", choices=("relu", "tanh"))
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        positive(self, "steps_per_batch", "utd_ratio", "batch_size", "buffer_size", "n_steps")
+        positive(self, "lr", "adam_eps", "priority_eps", "reward_scale")
+        non_negative(self, "learning_starts", "max_grad_norm")
+        in_unit_interval(self, "gamma", "priority_beta")
+        in_unit_interval(self, "priority_alpha", closed_low=False)
+        if self.priority_weight_norm not in PRIORITY_WEIGHT_NORMS:
+            raise ValueError(
+                f"--priority-weight-norm must be one of {PRIORITY_WEIGHT_NORMS}, got "
+                f"{self.priority_weight_norm!r}"
+            )
+        if self.batch_size > self.buffer_size:
+            raise ValueError(
+                f"--batch-size {self.batch_size} is larger than --buffer-size "
+                f"{self.buffer_size}: lower the batch or enlarge the buffer"
+            )
+        if self.learning_starts > self.buffer_size:
+            raise ValueError(
+                f"--learning-starts {self.learning_starts} exceeds --buffer-size "
+                f"{self.buffer_size}: learning would never start"
+            )
+        if not self.hidden or any(h <= 0 for h in self.hidden):
+            raise ValueError(f"--hidden needs positive layer sizes, got {self.hidden}")
+
+    @property
+    def frames_per_batch(self) -> int:
+        """Frames per collected batch on one rank."""
+        return self.num_envs * self.steps_per_batch
+
+
+class OffPolicyLearner(Learner):
+    """Replay, warm-up, update-to-data ratio, exploration and priorities (module docstring).
+
+    Subclasses provide :meth:`train_step` (one gradient step on a minibatch, returning
+    detached diagnostics and, for prioritized replay, ``td_error`` ``[B]``) and
+    :meth:`exploration_epsilon`.
+
+    Args:
+        algo: algorithm name (checkpoints, summaries).
+        cfg: an :class:`OffPolicyConfig`.
+        nets: modules to checkpoint (online and target networks).
+        optimizers: optimisers to checkpoint.
+        policy: the collection policy (epsilon-greedy / stochastic actor) before exploration.
+        eval_policy: the deterministic policy evaluated by the engine.
+        action_spec: the env's unbatched action spec (``env.action_spec_unbatched``), for
+            uniform random actions.
+    """
+
+    def __init__(
+        self,
+        *,
+        algo: str,
+        cfg: OffPolicyConfig,
+        nets: Mapping[str, nn.Module],
+        optimizers: Mapping[str, torch.optim.Optimizer],
+        policy: nn.Module,
+        eval_policy: nn.Module,
+        action_spec,
+    ) -> None:
+        self.algo, self.cfg = algo, cfg
+        self.nets = nn.ModuleDict(dict(nets))
+        self._optimizers = dict(optimizers)
+        self.explore = EpsilonExploration(
+            policy, action_spec, epsilon=self.exploration_epsilon(0, 0)
+        )
+        self._eval_policy = eval_policy
+        self.replay: Replay | None = None
+        self._pending_buffer: Mapping[str, Any] | None = None
+        self.frames = 0  # all ranks' frames collected so far (the engine's count)
+        self.batches = 0
+        self.credit = 0.0  # fractional gradient steps carried to the next batch
+        self.gradient_steps = 0
+        self.nstep_tail: TensorDictBase | None = None  # [N, < n] steps awaiting their window
+
+    # ---------------------------------------------------------------- Learner interface
+    def modules(self) -> dict[str, nn.Module]:
+        return dict(self.nets.items())
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return dict(self._optimizers)
+
+    @property
+    def frames_per_batch(self) -> int:
+        return self.cfg.frames_per_batch
+
+    def collect_policy(self) -> nn.Module:
+        return self.explore
+
+    def eval_policy(self) -> nn.Module:
+        return self._eval_policy
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "frames": self.frames,
+            "batches": self.batches,
+            "credit": self.credit,
+            "gradient_steps": self.gradient_steps,
+        }
+        if self.cfg.save_buffer and self.replay is not None:
+            state["buffer"] = self.replay.state_dict()
+            if self.nstep_tail is not None:
+                tail = self.nstep_tail
+                state["nstep_tail"] = {"shape": list(tail.shape), "rows": tail.to_dict()}
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.frames = int(state.get("frames", 0))
+        self.batches = int(state.get("batches", 0))
+        self.credit = float(state.get("credit", 0.0))
+        self.gradient_steps = int(state.get("gradient_steps", 0))
+        self._pending_buffer = state.get("buffer")
+        tail = state.get("nstep_tail")
+        self.nstep_tail = None if tail is None else TensorDict(tail["rows"], tail["shape"])
+        self.explore.epsilon = self.exploration_epsilon(self.frames, self.batches)
+
+    # ---------------------------------------------------------------- to override
+    def exploration_epsilon(self, frames: int, batches: int) -> float:
+        """Probability of a uniform random action after ``frames`` frames / ``batches``."""
+        return 1.0 if frames < self.cfg.learning_starts else 0.0
+
+    def train_step(self, sample: TensorDictBase, ctx: Context) -> dict[str, Any]:
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- the update
+    def _replay(self, ctx: Context) -> Replay:
+        if self.replay is None:
+            cfg = self.cfg
+            self.replay = Replay(
+                cfg.buffer_size,
+                prioritized=cfg.prioritized,
+                alpha=cfg.priority_alpha,
+                beta=cfg.priority_beta,
+                eps=cfg.priority_eps,
+                device=ctx.device,
+            )
+            if self._pending_buffer is not None:
+                self.replay.load_state_dict(self._pending_buffer)
+                self._pending_buffer = None
+        return self.replay
+
+    def transitions(self, batch: TensorDictBase) -> TensorDictBase:
+        """``[N, T]`` collector batch -> stored transitions: ``[N * T]`` one-step ones, or,
+        with ``n_steps > 1``, the n-step transitions whose window the stream now holds.
+
+        n-step: the previous batch's last ``n - 1`` steps of each env (:attr:`nstep_tail`)
+        go first, so a window spans batch boundaries and stops only at a done step; a step's
+        transition is emitted once its ``n`` steps are collected (``N * T`` per batch in the
+        steady state, ``N * (T - n + 1)`` in the first).
+        """
+        n = self.cfg.n_steps
+        if n == 1:
+            return batch.select(*STORED).reshape(-1)
+        steps = batch.select(*NSTEP_READ)
+        tail = self.nstep_tail
+        if tail is not None and tail.shape[0] == steps.shape[0]:
+            steps = torch.cat([tail.to(steps.device), steps], dim=1)
+        ready = max(0, steps.shape[1] - n + 1)
+        self.nstep_tail = steps[:, ready:].clone()
+        out = nstep_transitions(steps, n=n, gamma=self.cfg.gamma)
+        return out.reshape(steps.shape)[:, :ready].reshape(steps.shape[0] * ready)
+
+    def prepare(self, sample: TensorDictBase) -> TensorDictBase:
+        """Reward scaling / standardisation of a sampled minibatch (the buffer is untouched)."""
+        cfg = self.cfg
+        if not cfg.standardize_reward and cfg.reward_scale == 1.0:
+            return sample
+        reward = sample.get(keys.REWARD) * cfg.reward_scale
+        if cfg.standardize_reward:
+            reward = (reward - reward.mean()) / (reward.std() + 1e-8)
+        sample.set(keys.REWARD, reward)
+        return sample
+
+    def update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
+        cfg = self.cfg
+        replay = self._replay(ctx)
+        transitions = self.transitions(batch)
+        if transitions.shape[0]:  # (TensorDict.numel() is 1 for an empty batch)
+            replay.extend(transitions)
+        self.frames += batch.numel() * ctx.world_size
+        self.batches += 1
+        stats = MeanMetrics()
+        start = math.ceil(cfg.learning_starts / ctx.world_size)
+        if len(replay) >= max(start, cfg.batch_size):
+            self.credit += cfg.utd_ratio * batch.numel()
+            steps = int(self.credit)
+            self.credit -= steps
+            if cfg.prioritized:
+                replay.sampler.beta = schedules.linear(cfg.priority_beta, 1.0, ctx.progress)
+            for sample in replay.minibatches(steps, cfg.batch_size):
+                info = self.train_step(self.prepare(sample), ctx)
+                td_error = info.pop(TD_ERROR, None)
+                if cfg.prioritized:
+                    if td_error is None:
+                        raise LossContractError(
+                            f"--prioritized sets new priorities from the loss's {TD_ERROR!r} "
+                            f"[batch], which {type(getattr(self, 'loss', self)).__name__} does "
+                            "not return"
+                        )
+                    replay.update_priority(sample.get("index"), td_error + cfg.priority_eps)
+                stats.add(info)
+                self.gradient_steps += 1
+        self.explore.epsilon = self.exploration_epsilon(self.frames, self.batches)
+        result = stats.result()
+        result |= {"epsilon": self.explore.epsilon, "buffer_size": float(len(replay))}
+        result["gradient_steps"] = float(self.gradient_steps)
+        return result
+
+
+def offpolicy_collector(env, learner: Learner, device):
+    """The engine's ``make_collector`` hook for off-policy recipes: rlkit's fast
+    :class:`~rlkit.data.collector.VectorEnvCollector` (TorchRL's ``Collector`` as fallback)."""
+    from rlkit.data.collector import make_collector
+
+    device = None if torch.device(device).type == "cpu" else device
+    return make_collector(
+        env, learner.collect_policy(), frames_per_batch=learner.frames_per_batch, device=device
+    )
+
+
+def _adam(groups, cfg: OffPolicyConfig) -> torch.optim.Optimizer:
+    # fused: one kernel for the whole update; measured 0.15 ms per step for a [256, 256] MLP
+    # here against 0.38 ms with foreach=True and 0.40 ms with the per-parameter loop
+    return torch.optim.Adam(groups, lr=cfg.lr, eps=cfg.adam_eps, fused=True)
+
+
+class _LastOutput:
+    """Keeps the last output of a loss module (a forward hook): the ``td_error`` ``[B]`` of
+    the step just taken, for prioritized replay (the update loop returns scalars only)."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self.value: TensorDictBase | None = None
+        module.register_forward_hook(self._keep)
+
+    def _keep(self, module: nn.Module, args: Any, output: TensorDictBase) -> None:
+        self.value = output
+
+    def td_error(self) -> torch.Tensor | None:
+        return None if self.value is None else self.value.get(TD_ERROR, None)
+
+
+def _check_priority_weights(cfg: OffPolicyConfig, loss: nn.Module) -> None:
+    """The loss weights by prioritized replay's importance weights exactly as the flags say."""
+    wanted = cfg.priority_weight_norm if cfg.prioritized else None
+    built = getattr(loss, "priority_weights", None)
+    if built != wanted:
+        raise ValueError(
+            f"--prioritized {cfg.prioritized} --priority-weight-norm {cfg.priority_weight_norm} "
+            f"needs a loss built with priority_weights={wanted!r}, but "
+            f"{type(loss).__name__} has priority_weights={built!r}: build the loss with "
+            f"priority_weights={wanted!r}"
+        )
