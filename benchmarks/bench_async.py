@@ -45,9 +45,9 @@ from common import (  # noqa: E402
     write_results,
 )
 
+from rlkit.data.async_collect import WorkerCollector  # noqa: E402
 from rlkit.data.collector import make_collector  # noqa: E402
 from rlkit.envs import make_env  # noqa: E402
-from rlkit.data.async_collect import WorkerCollector  # noqa: E402
 from rlkit.training.engine import Context, Counters  # noqa: E402
 
 MODES = ("async", "sync", "inprocess")
