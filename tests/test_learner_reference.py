@@ -187,3 +187,76 @@ def test_impala_learner_equals_a_textbook_vtrace_actor_critic_update():
     got = [*learner.actor.module[0].module.parameters(), *learner.critic.module.parameters()]
     for g, w in zip(got, params, strict=True):
         torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-4)
+
+
+def test_appo_learner_equals_a_textbook_impact_update():
+    """V-trace with the target network's rho, PPO clipping around the target network, then
+    the Polyak step of the target (Luo et al. 2020), written out here."""
+    from rlkit.algorithms import appo
+
+    cfg = appo.APPOConfig(
+        num_envs=4,
+        rollout_steps=16,
+        minibatch_size=64,
+        epochs=2,
+        lr=3e-3,
+        lr_schedule="constant",
+        vtrace_lambda=1.0,
+        tau=0.5,
+        target_update_freq=1,
+        hidden=(16,),
+    )
+    torch.manual_seed(4)
+    env = make_env("CartPole-v1", num_envs=4, seed=0)
+    learner = appo.build(cfg, env)
+    _, batch = _batch(learner, 4, 16, seed=5)
+    batch.set(keys.ACTION_LOG_PROB, batch.get(keys.ACTION_LOG_PROB) + 0.3 * torch.randn(4, 16))
+    # the target differs from the actor (as after earlier Polyak steps)
+    with torch.no_grad():
+        for p in learner.loss.target_actor.module.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    net_a = copy.deepcopy(learner.actor.module[0].module)
+    net_t = copy.deepcopy(learner.loss.target_actor.module.module[0].module)
+    net_v = copy.deepcopy(learner.critic.module)
+    obs = _time_last(batch, keys.OBSERVATION)
+    nxt = _time_last(batch, keys.NEXT_OBSERVATION)
+    action = _time_last(batch, keys.ACTION)
+    mu = _time_last(batch, keys.ACTION_LOG_PROB)
+    reward = _time_last(batch, ("next", "reward")).squeeze(-1)
+    term = _time_last(batch, ("next", "terminated")).squeeze(-1).float()
+    done = _time_last(batch, ("next", "done")).squeeze(-1).float()
+
+    def logp(net):
+        return torch.distributions.Categorical(logits=net(obs)).log_prob(action)
+
+    with torch.no_grad():
+        target_logp = logp(net_t)
+        vs, adv = _vtrace_reference(
+            net_v(obs).squeeze(-1), net_v(nxt).squeeze(-1), reward, term, done,
+            (target_logp - mu).exp(),
+            gamma=cfg.gamma, rho_bar=cfg.rho_clip, c_bar=cfg.c_clip, pg_bar=cfg.pg_rho_clip,
+        )  # fmt: skip
+    a = ((adv - adv.mean()) / (adv.std() + 1e-8)).reshape(-1)
+    params = [*net_a.parameters(), *net_v.parameters()]
+    opt = torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps)
+    for _ in range(cfg.epochs):
+        ratio = (logp(net_a) - target_logp).exp().reshape(-1)
+        eps = cfg.clip_epsilon
+        pg = -torch.min(ratio * a, ratio.clamp(1 - eps, 1 + eps) * a).mean()
+        vloss = cfg.value_coef * 0.5 * (net_v(obs).squeeze(-1) - vs).square().mean()
+        opt.zero_grad()
+        (pg + vloss).backward()
+        torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+        opt.step()
+    with torch.no_grad():  # the target's Polyak step after the batch
+        for t, p in zip(net_t.parameters(), net_a.parameters(), strict=True):
+            t.mul_(1 - cfg.tau).add_(cfg.tau * p)
+    learner.update(batch, _ctx())
+    got = [
+        *learner.actor.module[0].module.parameters(),
+        *learner.critic.module.parameters(),
+        *learner.loss.target_actor.module.module[0].module.parameters(),
+    ]
+    want = [*params, *net_t.parameters()]
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-4)
