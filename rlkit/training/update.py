@@ -97,6 +97,14 @@ class LossGroup:
     def parameters(self) -> list[torch.Tensor]:
         return [p for g in self.optimizer.param_groups for p in g["params"] if p.requires_grad]
 
+    @property
+    def _params(self) -> list[torch.Tensor]:
+        """:attr:`parameters`, computed once per update loop (the hot path reads it)."""
+        cached = self.__dict__.get("_param_cache")
+        if cached is None:
+            cached = self.__dict__["_param_cache"] = self.parameters
+        return cached
+
 
 class MeanMetrics:
     """Averages detached scalar diagnostics without a device sync per step; names ending in
@@ -310,6 +318,8 @@ def update_loop(
         raise ValueError("update_loop needs at least one loss group")
     _claims(groups)
     _check_disjoint(groups)
+    for g in groups:  # parameters may change between calls (a learner rebuilding a group)
+        g.__dict__.pop("_param_cache", None)
     losses = list({id(g.loss): g.loss for g in groups}.values())
     inputs = select_inputs(data, losses)
     source = data if source is None else source
@@ -373,10 +383,13 @@ def _step(
             names = _group_terms(g, out, groups)
             if not g._checked:
                 _check_reaches(g, out, names)
-            total = g.scale * weight * sum(out.get(t) for t in names)
-            totals[id(g)] = totals[id(g)] + total.detach()
+            total = sum(out.get(t) for t in names)
+            factor = g.scale * weight
+            if factor != 1.0:  # skip a tensor op per step in the common case
+                total = factor * total
+            totals[id(g)] = total.detach() if len(chunks) == 1 else totals[id(g)] + total.detach()
             if isinstance(total, torch.Tensor) and total.requires_grad:
-                total.backward(inputs=g.parameters, retain_graph=i < len(pending) - 1)
+                total.backward(inputs=g._params, retain_graph=i < len(pending) - 1)
         for out in outs.values():
             _merge_scalars(merged, out, weight)
     stats.add(merged)
@@ -399,4 +412,5 @@ def _merge_scalars(merged: dict[str, torch.Tensor], out: TensorDictBase, weight:
         if k.endswith("_max"):
             merged[k] = torch.maximum(merged[k], v) if k in merged else v
         else:
-            merged[k] = merged[k] + v * weight if k in merged else v * weight
+            v = v if weight == 1.0 else v * weight
+            merged[k] = merged[k] + v if k in merged else v
