@@ -195,9 +195,8 @@ class Context:
             self._all_reduce_grads(params)
         if transform_grads is not None:
             transform_grads()
-        grads = [p for p in params if p.grad is not None]
         norm = torch.nn.utils.clip_grad_norm_(
-            grads, max_grad_norm if max_grad_norm else math.inf, foreach=True
+            params, max_grad_norm if max_grad_norm else math.inf, foreach=True
         )
         norm_value = float(norm)
         if not math.isfinite(norm_value):

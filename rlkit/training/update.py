@@ -244,8 +244,17 @@ def _claims(groups: Sequence[LossGroup]) -> dict[int, tuple[LossGroup, frozenset
 
 
 def _group_terms(group: LossGroup, out: TensorDictBase, groups: Sequence[LossGroup]) -> list[str]:
-    """The ``loss_*`` names of ``out`` this group optimises (checked against the claims)."""
-    returned = [k for k in out.keys() if isinstance(k, str) and k.startswith("loss_")]  # noqa: SIM118
+    """The ``loss_*`` names of ``out`` this group optimises (checked against the claims, once
+    per set of returned names within an update loop call)."""
+    names = tuple(out.keys())
+    cache = group.__dict__.setdefault("_terms_cache", {})
+    if names not in cache:
+        cache[names] = _check_terms(group, names, groups)
+    return cache[names]
+
+
+def _check_terms(group: LossGroup, names: tuple, groups: Sequence[LossGroup]) -> list[str]:
+    returned = [k for k in names if isinstance(k, str) and k.startswith("loss_")]
     siblings = [g for g in groups if g.loss is group.loss]
     explicit = {t for g in siblings if g.terms is not None for t in g.terms}
     missing = sorted(explicit - set(returned))
@@ -320,6 +329,7 @@ def update_loop(
     _check_disjoint(groups)
     for g in groups:  # parameters may change between calls (a learner rebuilding a group)
         g.__dict__.pop("_param_cache", None)
+        g.__dict__.pop("_terms_cache", None)
     losses = list({id(g.loss): g.loss for g in groups}.values())
     inputs = select_inputs(data, losses)
     source = data if source is None else source
@@ -392,15 +402,14 @@ def _step(
                 total.backward(inputs=g._params, retain_graph=i < len(pending) - 1)
         for out in outs.values():
             _merge_scalars(merged, out, weight)
-    stats.add(merged)
     for g in active:
-        norm = ctx.step_optimizer(
+        merged[g.grad_name] = ctx.step_optimizer(
             g.optimizer,
             max_grad_norm=g.max_grad_norm,
             transform_grads=g.transform_grads,
             loss=totals[id(g)],
         )
-        stats.add({g.grad_name: norm})
+    stats.add(merged)
 
 
 def _merge_scalars(merged: dict[str, torch.Tensor], out: TensorDictBase, weight: float) -> None:
@@ -408,7 +417,6 @@ def _merge_scalars(merged: dict[str, torch.Tensor], out: TensorDictBase, weight:
     for k, v in out.items():
         if not isinstance(k, str) or v.numel() != 1:
             continue
-        v = v.detach()
         if k.endswith("_max"):
             merged[k] = torch.maximum(merged[k], v) if k in merged else v
         else:
