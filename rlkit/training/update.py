@@ -398,8 +398,7 @@ def _step(
             if factor != 1.0:  # skip a tensor op per step in the common case
                 total = factor * total
             totals[id(g)] = total.detach() if len(chunks) == 1 else totals[id(g)] + total.detach()
-            if isinstance(total, torch.Tensor) and total.requires_grad:
-                total.backward(inputs=g._params, retain_graph=i < len(pending) - 1)
+            _backward(total, g, only=len(groups) == 1, retain=i < len(pending) - 1)
         for out in outs.values():
             _merge_scalars(merged, out, weight)
     for g in active:
@@ -412,8 +411,24 @@ def _step(
     stats.add(merged)
 
 
+def _backward(total: Any, group: LossGroup, *, only: bool, retain: bool) -> None:
+    """Back-propagate a group's summed terms into its own parameters."""
+    if not (isinstance(total, torch.Tensor) and total.requires_grad):
+        return
+    if only:
+        # the only group of the call: a plain backward gives its parameters the same gradient
+        # (another leaf it reaches is zeroed before that leaf's own optimiser steps), without
+        # the per-call cost of routing to ``inputs``
+        total.backward()
+    else:
+        total.backward(inputs=group._params, retain_graph=retain)
+
+
 def _merge_scalars(merged: dict[str, torch.Tensor], out: TensorDictBase, weight: float) -> None:
     """Add ``out``'s scalar entries to ``merged`` (chunk-weighted sums; ``*_max``: max)."""
+    if weight == 1.0 and not merged:  # one chunk, one loss: the common case
+        merged.update((k, v) for k, v in out.items() if isinstance(k, str) and v.numel() == 1)
+        return
     for k, v in out.items():
         if not isinstance(k, str) or v.numel() != 1:
             continue
