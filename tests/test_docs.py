@@ -101,3 +101,10 @@ def test_update_loop_page_optimises_a_subclass_term(capsys):
     printed = capsys.readouterr().out
     assert printed.startswith("1.818 ")  # 2 / 1.1: the added loss_prior was optimised
     assert "loss_prior" in printed
+
+
+def test_training_page_imports_an_algorithm_as_research_code_does():
+    blocks = python_blocks(ROOT / "docs" / "training.md")
+    assert blocks
+    for i, block in enumerate(blocks):
+        exec(compile(block, f"docs/training.md[{i}]", "exec"), {})
