@@ -21,7 +21,7 @@ from rlkit.modules.builders import actor_critic_networks
 from rlkit.training import schedules
 from rlkit.training.config import TrainConfig, in_unit_interval, non_negative, positive
 from rlkit.training.engine import Context, Learner
-from rlkit.training.update import LossContractError, LossGroup, MeanMetrics, update_loop
+from rlkit.training.update import LossContractError, LossGroup, update_loop
 
 
 def _help(text: str, **kw: Any) -> dict[str, Any]:
@@ -142,9 +142,6 @@ def make_optimizer(cfg: OnPolicyConfig, params) -> torch.optim.Optimizer:
     if cfg.optimizer == "rmsprop":
         return torch.optim.RMSprop(params, lr=cfg.lr, eps=cfg.adam_eps, alpha=0.99, foreach=True)
     return torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps, fused=True)
-
-
-_Mean = MeanMetrics  # the name earlier learners used
 
 
 class PolicyGradientLearner(Learner):

@@ -108,29 +108,38 @@ class LossGroup:
 
 class MeanMetrics:
     """Averages detached scalar diagnostics without a device sync per step; names ending in
-    ``_max`` keep their maximum instead."""
+    ``_max`` keep their maximum instead.
+
+    Values are kept as they come (python floats and detached tensors) and reduced once in
+    :meth:`result`: one stack per name per update instead of a tensor add per name per step.
+    """
 
     def __init__(self) -> None:
-        self.sums: dict[str, torch.Tensor] = {}
-        self.counts: dict[str, int] = {}
+        self.values: dict[str, list] = {}
 
     def add(self, values: Mapping[str, torch.Tensor | float]) -> None:
         for k, v in values.items():
-            v = v.detach().float() if isinstance(v, torch.Tensor) else torch.tensor(float(v))
-            if k not in self.sums:
-                self.sums[k] = v
-            elif k.endswith("_max"):
-                self.sums[k] = torch.maximum(self.sums[k], v)
+            v = v.detach() if isinstance(v, torch.Tensor) else float(v)
+            seen = self.values.get(k)
+            if seen is None:
+                self.values[k] = [v]
             else:
-                self.sums[k] = self.sums[k] + v
-            self.counts[k] = self.counts.get(k, 0) + 1
+                seen.append(v)
 
     def result(self) -> dict[str, float]:
-        if not self.sums:
-            return {}
-        names = list(self.sums)
-        values = torch.stack([self.sums[k].reshape(()) for k in names]).tolist()
-        return {k: v if k.endswith("_max") else v / self.counts[k] for k, v in zip(names, values)}
+        out: dict[str, float] = {}
+        tensors: list[torch.Tensor] = []
+        names: list[str] = []
+        for k, vs in self.values.items():
+            if all(isinstance(v, float) for v in vs):
+                out[k] = max(vs) if k.endswith("_max") else sum(vs) / len(vs)
+                continue
+            stacked = torch.stack([torch.as_tensor(v).float().reshape(()) for v in vs])
+            tensors.append(stacked.max() if k.endswith("_max") else stacked.mean())
+            names.append(k)
+        if tensors:  # one host transfer for every tensor-valued name
+            out.update(zip(names, torch.stack(tensors).tolist()))
+        return {k: out[k] for k in self.values}
 
 
 # --------------------------------------------------------------------------- key contract
