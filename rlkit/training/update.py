@@ -150,6 +150,14 @@ def select_inputs(data: TensorDictBase, losses: Iterable[nn.Module]) -> TensorDi
     loss that declares it.
     """
     wanted: list = []
+    for loss in losses:
+        for key in loss.in_keys:
+            if key not in wanted:
+                wanted.append(key)
+    try:
+        return data.select(*wanted)  # strict: a missing key raises
+    except KeyError:
+        pass
     present = set(data.keys(include_nested=True))
     for loss in losses:
         for key in loss.in_keys:
@@ -159,8 +167,6 @@ def select_inputs(data: TensorDictBase, losses: Iterable[nn.Module]) -> TensorDi
                     f"the batch has no such key (it holds {sorted(map(str, present))}): run "
                     "the component that writes it first, or rename it with loss.set_keys(...)"
                 )
-            if key not in wanted:
-                wanted.append(key)
     return data.select(*wanted)
 
 
@@ -212,8 +218,15 @@ def _undeclared_key_error(
     )
 
 
-def _call_loss(loss: nn.Module, minibatch: TensorDictBase, full: TensorDictBase | None):
-    """``loss(minibatch)`` with strict ``TensorDict.get``: reading an undeclared key raises."""
+def _call_loss(
+    loss: nn.Module, minibatch: TensorDictBase, full: TensorDictBase | None, *, strict: bool
+):
+    """``loss(minibatch)``; with ``strict``, under strict ``TensorDict.get``, so that reading an
+    undeclared key raises. Strict reads make the misses TorchRL modules expect internally raise
+    and catch (about 1 ms of a 33 ms PPO update measured here), so the loop checks the first
+    minibatch of each loss per call and runs the others as they are."""
+    if not strict:
+        return loss(minibatch)
     previous = tensordict.get_defaults_to_none()
     tensordict.set_get_defaults_to_none(False)
     try:
@@ -345,6 +358,7 @@ def update_loop(
     minibatches = minibatches or _full_batch
     n_epochs = max(g.epochs for g in groups)
     stats = MeanMetrics()
+    checked: set[int] = set()
     for epoch in range(n_epochs):
         active = [g for g in groups if epoch < g.epochs]
         for loss in losses:  # detached diagnostics in the last epoch a loss is used
@@ -352,7 +366,7 @@ def update_loop(
                 last = max(g.epochs for g in groups if g.loss is loss) - 1
                 loss.diagnostics = epoch == last
         for minibatch in minibatches(inputs, ctx.generator):
-            _step(active, groups, minibatch, ctx, stats, grad_accum, source)
+            _step(active, groups, minibatch, ctx, stats, grad_accum, source, checked)
     return stats.result()
 
 
@@ -376,8 +390,10 @@ def _step(
     stats: MeanMetrics,
     grad_accum: int,
     source: TensorDictBase,
+    checked: set[int],
 ) -> None:
-    """One optimiser step per active group on ``minibatch`` (chunked when ``grad_accum``)."""
+    """One optimiser step per active group on ``minibatch`` (chunked when ``grad_accum``);
+    ``checked``: the losses whose key reads were already checked in this call."""
     if not active:
         return
     n = minibatch.shape[0]
@@ -396,7 +412,9 @@ def _step(
         outs: dict[int, dict] = {}
         for g in active:
             if id(g.loss) not in outs:
-                outs[id(g.loss)] = _entries(_call_loss(g.loss, part, source))
+                strict = id(g.loss) not in checked
+                checked.add(id(g.loss))
+                outs[id(g.loss)] = _entries(_call_loss(g.loss, part, source, strict=strict))
         pending = [(g, outs[id(g.loss)]) for g in active]
         for i, (g, out) in enumerate(pending):
             names = _group_terms(g, out, groups)
