@@ -33,6 +33,18 @@ def _time_last(batch, key):
     return x
 
 
+def _columns(batch):
+    """``(obs, next_obs, action, log mu, reward, terminated, done)``, each ``[N, T, ...]``."""
+    obs, nxt, action, mu = (
+        _time_last(batch, k)
+        for k in (keys.OBSERVATION, keys.NEXT_OBSERVATION, keys.ACTION, keys.ACTION_LOG_PROB)
+    )
+    reward, term, done = (
+        _time_last(batch, ("next", k)).squeeze(-1).float() for k in ("reward", "terminated", "done")
+    )
+    return obs, nxt, action, mu, reward, term, done
+
+
 def _batch(learner, num_envs: int, steps: int, seed: int = 0, env_id: str = "CartPole-v1"):
     torch.manual_seed(seed)
     env = make_env(env_id, num_envs=num_envs, seed=seed)
@@ -56,13 +68,7 @@ def _gae_reference(values, next_values, reward, terminated, done, gamma, lmbda):
 
 
 def _ppo_reference(actor, critic, batch, *, epochs, lr, clip, gamma, lmbda, vcoef, max_norm):
-    obs = _time_last(batch, keys.OBSERVATION)
-    nxt = _time_last(batch, keys.NEXT_OBSERVATION)
-    action = _time_last(batch, keys.ACTION)
-    old_logp = _time_last(batch, keys.ACTION_LOG_PROB)
-    reward = _time_last(batch, ("next", "reward")).squeeze(-1)
-    terminated = _time_last(batch, ("next", "terminated")).squeeze(-1).float()
-    done = _time_last(batch, ("next", "done")).squeeze(-1).float()
+    obs, nxt, action, old_logp, reward, terminated, done = _columns(batch)
     net_a = actor.module[0].module  # the logits network of a categorical ProbabilisticActor
     net_v = critic.module
     with torch.no_grad():
@@ -160,13 +166,7 @@ def test_impala_learner_equals_a_textbook_vtrace_actor_critic_update():
     batch.set(keys.ACTION_LOG_PROB, batch.get(keys.ACTION_LOG_PROB) + 0.3 * torch.randn(4, 16))
     net_a = copy.deepcopy(learner.actor.module[0].module)
     net_v = copy.deepcopy(learner.critic.module)
-    obs = _time_last(batch, keys.OBSERVATION)
-    nxt = _time_last(batch, keys.NEXT_OBSERVATION)
-    action = _time_last(batch, keys.ACTION)
-    mu = _time_last(batch, keys.ACTION_LOG_PROB)
-    reward = _time_last(batch, ("next", "reward")).squeeze(-1)
-    term = _time_last(batch, ("next", "terminated")).squeeze(-1).float()
-    done = _time_last(batch, ("next", "done")).squeeze(-1).float()
+    obs, nxt, action, mu, reward, term, done = _columns(batch)
     params = [*net_a.parameters(), *net_v.parameters()]
     opt = torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps)
     for _ in range(cfg.epochs):
@@ -218,13 +218,7 @@ def test_appo_learner_equals_a_textbook_impact_update():
     net_a = copy.deepcopy(learner.actor.module[0].module)
     net_t = copy.deepcopy(learner.loss.target_actor.module.module[0].module)
     net_v = copy.deepcopy(learner.critic.module)
-    obs = _time_last(batch, keys.OBSERVATION)
-    nxt = _time_last(batch, keys.NEXT_OBSERVATION)
-    action = _time_last(batch, keys.ACTION)
-    mu = _time_last(batch, keys.ACTION_LOG_PROB)
-    reward = _time_last(batch, ("next", "reward")).squeeze(-1)
-    term = _time_last(batch, ("next", "terminated")).squeeze(-1).float()
-    done = _time_last(batch, ("next", "done")).squeeze(-1).float()
+    obs, nxt, action, mu, reward, term, done = _columns(batch)
 
     def logp(net):
         return torch.distributions.Categorical(logits=net(obs)).log_prob(action)

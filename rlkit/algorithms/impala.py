@@ -100,8 +100,8 @@ class IMPALALearner(PolicyGradientLearner):
     """
 
     def __init__(self, *, algo: str = "impala", actor, critic, loss, cfg, obs_norm=None):
-        if cfg.lr_schedule == "kl":
-            raise ValueError(IMPALA_NO_KL)
+        # --lr-schedule kl: refused by IMPALAConfig before the run starts, and by the shared
+        # learner's check (no approx_kl) for a config built another way
         super().__init__(
             algo=algo,
             actor=actor,
