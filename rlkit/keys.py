@@ -113,3 +113,99 @@ TIME_DIM_NAME = "time"
 def describe(key: str | tuple[str, ...]) -> str:
     """Return a key as users write it: ``"advantage"`` or ``("next", "reward")``."""
     return repr(key) if isinstance(key, str) else "(" + ", ".join(repr(k) for k in key) + ")"
+
+
+# ---------------------------------------------------------------------------------------
+# Errors and key renaming shared by losses and estimators
+# ---------------------------------------------------------------------------------------
+class MissingKeyError(KeyError):
+    """A required key is absent; the message names it, the component, and the fix.
+
+    Raised by losses and value estimators (also importable as
+    ``rlkit.objectives.MissingKeyError``). It is a ``KeyError``, so code catching TorchRL's
+    missing-key errors catches it too. The last line of the message is the one that matters:
+    the missing key and what writes it.
+    """
+
+    def __str__(self) -> str:  # KeyError would print the message inside quotes
+        return str(self.args[0])
+
+
+def under_next(key: str | tuple[str, ...]) -> tuple[str, ...]:
+    """The key of an environment output after the step, as TorchRL's ``set_keys`` reads
+    ``reward`` / ``done`` / ``terminated``: ``"r"`` -> ``("next", "r")``; a key that already
+    starts with ``"next"`` is kept.
+
+    Example:
+        >>> under_next("reward"), under_next(("next", "done")), under_next(("agent", "r"))
+        (('next', 'reward'), ('next', 'done'), ('next', 'agent', 'r'))
+    """
+    key = (key,) if isinstance(key, str) else tuple(key)
+    return key if key[0] == NEXT else (NEXT, *key)
+
+
+#: How many present keys a missing-key message lists before "and N more".
+_PRESENT_SHOWN = 8
+
+
+def describe_present(present) -> str:
+    """A short list of present keys for an error message: the first few, then a count."""
+    names = sorted(describe(k) for k in present)
+    if not names:
+        return "none"
+    shown = ", ".join(names[:_PRESENT_SHOWN])
+    more = len(names) - _PRESENT_SHOWN
+    return f"{shown} and {more} more" if more > 0 else shown
+
+
+#: TorchRL's ``set_keys`` names -> rlkit's, for the same key. ``loss.set_keys`` and
+#: ``estimator.set_keys`` accept either (the table in ``docs/torchrl.md``).
+TORCHRL_KEY_ALIASES: dict[str, str] = {
+    "sample_log_prob": "action_log_prob",
+    "log_prob": "action_log_prob",
+    "value": "state_value",
+}
+
+#: Names TorchRL's losses accept for their value estimator's inputs; an rlkit loss that
+#: does not read them points the user at the estimator instead.
+_ESTIMATOR_NAMES = ("reward", "done", "terminated", "steps_to_next_obs")
+
+
+def resolve_key_names(owner: str, accepted, names: dict) -> dict:
+    """Translate ``set_keys(**names)`` to the names in ``accepted`` (TorchRL aliases allowed).
+
+    Raises a one-line ``ValueError`` for a name that is neither accepted nor an alias of an
+    accepted name, and for two names of the same key.
+
+    Example:
+        >>> resolve_key_names("PPOLoss", ["action_log_prob", "state_value"],
+        ...                   {"sample_log_prob": "lp", "value": "v"})
+        {'action_log_prob': 'lp', 'state_value': 'v'}
+    """
+    accepted = list(accepted)
+    out: dict = {}
+    given: dict[str, str] = {}
+    for name, key in names.items():
+        target = name if name in accepted else TORCHRL_KEY_ALIASES.get(name)
+        if target not in accepted:
+            raise ValueError(_unknown_name(owner, name, accepted))
+        if target in given:
+            raise ValueError(
+                f"{owner}.set_keys: {given[target]!r} and {name!r} name the same key "
+                f"({target!r}); pass one of them"
+            )
+        given[target] = name
+        out[target] = key
+    return out
+
+
+def _unknown_name(owner: str, name: str, accepted: list[str]) -> str:
+    def shown(n: str) -> str:
+        alias = [a for a, t in TORCHRL_KEY_ALIASES.items() if t == n]
+        return f"{n} (or {', '.join(alias)})" if alias else n
+
+    listed = ", ".join(shown(n) for n in accepted)
+    hint = ""
+    if name in _ESTIMATOR_NAMES:
+        hint = f"; {owner} does not read it: rename it on the value estimator (estimator.set_keys)"
+    return f"{owner}.set_keys: unknown key name {name!r}{hint}; accepted: {listed}."

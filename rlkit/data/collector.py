@@ -48,6 +48,7 @@ from torch import Tensor, nn
 from torchrl.envs import DoubleToFloat, EnvBase, GymWrapper, RewardSum, StepCounter, TransformedEnv
 
 from rlkit import keys
+from rlkit.modules.compat import check_env_compat
 from rlkit.modules.normalization import ObservationNorm, RewardNorm
 
 __all__ = ["UnsupportedEnvError", "VectorEnvCollector", "make_collector"]
@@ -229,6 +230,8 @@ class VectorEnvCollector:
     Args:
         env: an env made by :func:`rlkit.envs.make_env` (CPU env; see the module docstring
             for what else is accepted). Anything else raises :class:`UnsupportedEnvError`.
+            The policy's actions are checked against its action spec
+            (:func:`rlkit.modules.check_env_compat`).
         policy: a TensorDict module (e.g. a TorchRL ``ProbabilisticActor``) whose
             ``in_keys`` are among ``observation``, ``episode_reward``, ``step_count``,
             ``done``, ``terminated``, ``truncated``. It is called once at construction on the
@@ -272,6 +275,7 @@ class VectorEnvCollector:
         self.exploration_type = exploration_type
         self.policy = policy
         self._policy_in_keys = self._check_policy(policy)
+        check_env_compat(policy, env)  # index vs one-hot, action count, bounds
         self._state = self._initial_state()
         self._out_keys = self._probe_policy()
         self.frames = 0
@@ -536,7 +540,11 @@ def make_collector(
     """A :class:`VectorEnvCollector`, or TorchRL's ``Collector`` when the env needs it.
 
     Same arguments and same batches either way; the fallback is logged at INFO level
-    with the reason (``logging.getLogger("rlkit.data.collector")``).
+    with the reason (``logging.getLogger("rlkit.data.collector")``). Either way the policy's
+    actions are checked against the env's action spec first
+    (:func:`rlkit.modules.check_env_compat`): an index-action actor on a one-hot env, a
+    wrong action count or dimension, or different bounds raise
+    :class:`~rlkit.modules.compat.ActionSpecMismatchError` before any step.
     """
     try:
         return VectorEnvCollector(
@@ -549,6 +557,7 @@ def make_collector(
         )
     except UnsupportedEnvError as err:
         _log.info("falling back to torchrl's Collector: %s", err)
+    check_env_compat(policy, env)  # TorchRL's Collector would send misfit actions as they are
     from torchrl.collectors import Collector
 
     return Collector(

@@ -5,6 +5,7 @@ See ``docs/modules.md`` for usage examples.
 
 from rlkit.modules.actors import categorical_actor, gaussian_actor, make_actor, shared_actor_critic
 from rlkit.modules.builders import actor_critic_networks
+from rlkit.modules.compat import ActionSpecMismatchError, check_actor_spec, check_env_compat
 from rlkit.modules.critics import (
     make_q,
     make_value,
@@ -17,6 +18,7 @@ from rlkit.modules.normalization import Normalize, ObservationNorm, RewardNorm, 
 from rlkit.modules.target import TargetNetwork
 
 __all__ = [
+    "ActionSpecMismatchError",
     "ImpalaCNN",
     "NatureCNN",
     "Normalize",
@@ -26,6 +28,8 @@ __all__ = [
     "TargetNetwork",
     "actor_critic_networks",
     "categorical_actor",
+    "check_actor_spec",
+    "check_env_compat",
     "gaussian_actor",
     "init_orthogonal_",
     "make_actor",

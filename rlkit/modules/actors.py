@@ -38,6 +38,7 @@ from tensordict import NestedKey
 from tensordict.nn import InteractionType, TensorDictModule
 from torch import nn
 from torchrl.data import Bounded, Categorical, Composite, OneHot, TensorSpec, Unbounded
+from torchrl.envs import EnvBase
 from torchrl.modules import (
     IndependentNormal,
     OneHotCategorical,
@@ -47,6 +48,7 @@ from torchrl.modules import (
 )
 
 from rlkit import keys
+from rlkit.modules.compat import check_actor_spec
 from rlkit.modules.critics import action_kind, observation_features, value_critic
 from rlkit.modules.networks import mlp, mlp_body
 
@@ -297,8 +299,8 @@ def gaussian_actor(
 
 
 def make_actor(
-    observation_spec: TensorSpec,
-    action_spec: TensorSpec,
+    observation_spec: TensorSpec | EnvBase,
+    action_spec: TensorSpec | None = None,
     *,
     backbone: nn.Module | None = None,
     in_features: int | None = None,
@@ -315,32 +317,56 @@ def make_actor(
     (MultiCategorical, Binary, MultiOneHot, Composite actions, non-flat observations without
     a backbone) raises ``ValueError`` naming the spec.
 
+    The actor is checked against the action spec before it is returned
+    (:func:`rlkit.modules.compat.check_actor_spec`), so an override in ``**kw`` (``spec``,
+    ``one_hot``) that would not fit raises :class:`~rlkit.modules.compat.ActionSpecMismatchError`.
+
     Args:
         observation_spec: ``env.observation_spec`` (Composite; its shape is the env batch
-            shape, stripped from the leaves) or an unbatched leaf spec.
-        action_spec: ``env.action_spec`` or ``env.full_action_spec``.
+            shape, stripped from the leaves) or an unbatched leaf spec; or the env itself
+            (``make_actor(env)``), whose observation and action specs are read.
+        action_spec: ``env.action_spec`` or ``env.full_action_spec`` (omit with an env).
         backbone, in_features: feature extractor and its output width (see
             :func:`~rlkit.modules.critics.observation_features`).
         tanh: for continuous actions, TanhNormal (SAC) instead of Normal (PPO).
         **kw: forwarded to the builder (``hidden``, ``activation``, ``init_log_std``, ...).
+
+    Example:
+        >>> from torchrl.envs import GymEnv
+        >>> env = GymEnv("CartPole-v1")  # TorchRL's default: one-hot actions
+        >>> actor = make_actor(env)
+        >>> env.rollout(3, actor)["action"].shape
+        torch.Size([3, 2])
     """
+    if isinstance(observation_spec, EnvBase):
+        if action_spec is not None:
+            raise TypeError("make_actor(env) reads the env's action spec: pass no action_spec")
+        env = observation_spec
+        observation_spec, action_spec = env.observation_spec, env.full_action_spec
+    elif action_spec is None:
+        raise TypeError("make_actor needs an action_spec (or an env: make_actor(env))")
     width = observation_features(
         observation_spec, obs_key=obs_key, backbone=backbone, in_features=in_features
     )
     batch = tuple(observation_spec.shape) if isinstance(observation_spec, Composite) else ()
     info = action_kind(action_spec, batch_shape=batch)
     leaf = action_spec[keys.ACTION] if isinstance(action_spec, Composite) else action_spec
-    common = dict(backbone=backbone, obs_key=obs_key, spec=leaf, **kw)
+    common = dict(backbone=backbone, obs_key=obs_key, spec=leaf)
+    common.update(kw)
     if info.kind != "continuous":
-        return categorical_actor(width, info.size, one_hot=info.kind == "one_hot", **common)
-    if not tanh:
-        return gaussian_actor(width, info.size, **common)
-    if info.low is None:
+        kw_one_hot = common.pop("one_hot", info.kind == "one_hot")
+        actor = categorical_actor(width, info.size, one_hot=kw_one_hot, **common)
+    elif not tanh:
+        actor = gaussian_actor(width, info.size, **common)
+    elif info.low is None:
         raise ValueError(
             f"tanh=True needs a Bounded action spec, got {type(leaf).__name__}; "
             "use tanh=False for unbounded actions"
         )
-    return gaussian_actor(width, info.size, tanh=True, low=info.low, high=info.high, **common)
+    else:
+        actor = gaussian_actor(width, info.size, tanh=True, low=info.low, high=info.high, **common)
+    check_actor_spec(actor, leaf, batch_shape=batch)
+    return actor
 
 
 def shared_actor_critic(

@@ -32,6 +32,7 @@ from torch.distributions import Distribution
 from torchrl.objectives import LossModule
 
 from rlkit import keys
+from rlkit.keys import MissingKeyError
 from rlkit.objectives.functional import (
     VALUE_LOSS_TYPES,
     explained_variance,
@@ -53,6 +54,7 @@ __all__ = [
     "VALUE_MEAN",
     "ActorCriticLoss",
     "Hyperparameter",
+    "LossBase",
     "MissingKeyError",
     "distribution_entropy",
     "per_sample_log_prob",
@@ -112,13 +114,6 @@ def total_loss(losses: TensorDictBase | Mapping[str, Tensor]) -> Tensor:
 # ---------------------------------------------------------------------------------------
 # Key and shape checks
 # ---------------------------------------------------------------------------------------
-class MissingKeyError(KeyError):
-    """A required key is absent; the message names it and the component that writes it."""
-
-    def __str__(self) -> str:  # KeyError would print the message inside quotes
-        return str(self.args[0])
-
-
 def require_keys(tensordict: TensorDictBase, needs: Mapping[NestedKey, str], *, owner: str):
     """Raise :class:`MissingKeyError` listing every key of ``needs`` absent from the batch.
 
@@ -126,15 +121,17 @@ def require_keys(tensordict: TensorDictBase, needs: Mapping[NestedKey, str], *, 
         tensordict: the input batch.
         needs: key -> who writes it (quoted in the message).
         owner: the component asking, e.g. ``"PPOLoss"``.
+
+    The message starts with a short list of the keys present and ends with one line per
+    missing key naming it and its writer, so the line that matters is the last one printed.
     """
     missing = [key for key in needs if tensordict.get(key, None) is None]
     if missing:
+        present = keys.describe_present(tensordict.keys(True, True))
         lines = [f"  {keys.describe(key)}: {needs[key]}" for key in missing]
-        present = sorted(keys.describe(k) for k in tensordict.keys(True, True))
         raise MissingKeyError(
-            f"{owner} is missing required key(s) in its input TensorDict:\n"
-            + "\n".join(lines)
-            + f"\nKeys present: {', '.join(present) or 'none'}."
+            f"{owner} is missing required key(s) in its input TensorDict (keys present: "
+            f"{present}):\n" + "\n".join(lines)
         )
 
 
@@ -292,9 +289,37 @@ def _check_networks(owner: str, actor: Any, critic: Any) -> None:
 
 
 # ---------------------------------------------------------------------------------------
+# The base of every rlkit loss: set_keys in rlkit's and TorchRL's names
+# ---------------------------------------------------------------------------------------
+class LossBase(LossModule):
+    """TorchRL's ``LossModule`` with ``set_keys`` that speaks TorchRL's key names too.
+
+    Every rlkit loss derives from it. ``set_keys`` takes the names of the loss's
+    ``_AcceptedKeys`` (``action_log_prob``, ``state_value``, ...) and TorchRL's names for the
+    same keys (``sample_log_prob``, ``log_prob``, ``value``; the table is
+    :data:`rlkit.keys.TORCHRL_KEY_ALIASES`). An unknown name raises a one-line
+    ``ValueError`` listing the accepted names. ``set_keys(name=None)`` restores a default.
+    ``in_keys`` follow the renamed keys (they are computed from ``tensor_keys``).
+    """
+
+    @classmethod
+    def default_keys(cls) -> Any:
+        return cls._AcceptedKeys()
+
+    @classmethod
+    def accepted_key_names(cls) -> list[str]:
+        """The names ``set_keys`` accepts (besides their TorchRL aliases)."""
+        return list(cls._AcceptedKeys.__dataclass_fields__)
+
+    def set_keys(self, **kwargs: NestedKey | None) -> None:
+        names = keys.resolve_key_names(type(self).__name__, self.accepted_key_names(), kwargs)
+        super().set_keys(**names)
+
+
+# ---------------------------------------------------------------------------------------
 # The actor-critic shell
 # ---------------------------------------------------------------------------------------
-class ActorCriticLoss(LossModule):
+class ActorCriticLoss(LossBase):
     r"""Shell shared by actor-critic policy-gradient losses: reads, checks, scores, logs.
 
     .. math::
@@ -322,6 +347,21 @@ class ActorCriticLoss(LossModule):
     ``value_target`` ``[*, 1]``. The critic must write ``state_value`` ``[*, 1]``.
 
     Masks for padded batches are not read: rlkit's on-policy batches have no padding.
+
+    Extension points (``docs/objectives.md``, "Extending a loss"):
+
+    * :meth:`_policy_terms` ``(log_prob, advantage, tensordict) -> dict``: the policy term.
+      A subclass may return more ``loss_*`` terms here (weighted, with gradient), e.g. a
+      KL penalty; declare them in ``extra_loss_terms`` so ``out_keys`` lists them before
+      the first call (an undeclared one is listed once a call has returned it).
+    * :meth:`_required_keys` ``() -> {key: who writes it}``: the keys the loss reads
+      besides the networks' ``in_keys``; ``in_keys`` is built from it, so the update loop
+      hands the loss exactly these keys, and a missing one raises :class:`MissingKeyError`
+      quoting the writer. Read renamable keys through ``self.tensor_keys``.
+    * :meth:`_value_loss` ``(value, target, tensordict) -> Tensor``: the unweighted value
+      term; ``_diagnostics``: names of the detached diagnostics listed in ``out_keys``.
+    * ``_AcceptedKeys``: a dataclass of renamable keys; a subclass extends it (decorated
+      with ``@dataclass``) to make a new key renamable with ``set_keys``.
     """
 
     entropy_coef = Hyperparameter(positive=False, hint="typical 0 to 0.01")
@@ -344,6 +384,10 @@ class ActorCriticLoss(LossModule):
         ADVANTAGE_MEAN,
         ADVANTAGE_STD,
     )
+    #: ``loss_*`` terms a subclass adds (in :meth:`_policy_terms` or ``forward``), listed in
+    #: ``out_keys`` after the three base terms. An undeclared ``loss_*`` term the loss
+    #: returns is added to ``out_keys`` on the first call that returns it.
+    extra_loss_terms: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -407,7 +451,23 @@ class ActorCriticLoss(LossModule):
 
     @property
     def out_keys(self) -> list[str]:
-        return [LOSS_POLICY, LOSS_VALUE, LOSS_ENTROPY, *self._diagnostics]
+        return [*self._loss_terms(), *self._diagnostics]
+
+    def _loss_terms(self) -> list[str]:
+        """The ``loss_*`` names this loss returns: the base three, the declared extras and
+        any other ``loss_*`` term a call has returned."""
+        found = [LOSS_POLICY, LOSS_VALUE, LOSS_ENTROPY]
+        for name in (*self.extra_loss_terms, *self.__dict__.get("_returned_terms", ())):
+            if name not in found:
+                found.append(name)
+        return found
+
+    def _note_terms(self, out: Mapping[str, Any]) -> None:
+        """Remember ``loss_*`` terms a subclass returned without declaring them."""
+        known = self.__dict__.setdefault("_returned_terms", [])
+        for name in out:
+            if name.startswith("loss_") and name not in known:
+                known.append(name)
 
     def make_value_estimator(self, value_type: Any = None, **hyperparams: Any) -> None:
         raise NotImplementedError(
@@ -447,12 +507,14 @@ class ActorCriticLoss(LossModule):
                 del losses[ENTROPY]
             else:
                 losses[LOSS_ENTROPY] = torch.zeros((), device=value.device)
+            self._note_terms(losses)
             return TensorDict(losses, batch_size=[])
         out[EXPLAINED_VARIANCE] = explained_variance(value, target)
         out[VALUE_MEAN] = value.detach().mean()
         out.update(self._entropy_terms(dist))
         out[ADVANTAGE_MEAN] = advantage.mean()
         out[ADVANTAGE_STD] = advantage.std(correction=0)
+        self._note_terms(out)
         return TensorDict(out, batch_size=[])
 
     def _critic_value(self, tensordict: TensorDictBase) -> Tensor:

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import torch
 from tensordict import NestedKey, TensorDict, TensorDictBase
 from torch import Tensor, nn
-from torchrl.objectives import LossModule
 
 from rlkit import keys
 from rlkit.objectives.common import (
@@ -36,6 +35,7 @@ from rlkit.objectives.common import (
     WRITTEN_BY_COLLECTION_CRITIC,
     WRITTEN_BY_ESTIMATOR,
     Hyperparameter,
+    LossBase,
     _check_choice,
     distribution_entropy,
     per_sample_log_prob,
@@ -89,7 +89,7 @@ def _check_policy_networks(actor: object, advantage_head: object) -> None:
         )
 
 
-class DAACLoss(LossModule):
+class DAACLoss(LossBase):
     r"""DAAC's policy-network loss: clipped surrogate, entropy bonus, advantage regression.
 
     With :math:`r_i = \pi_\theta(a_i|s_i) / \mu(a_i|s_i)` (μ: the collecting policy),
@@ -380,7 +380,7 @@ class DAACLoss(LossModule):
         return {LOSS_ENTROPY: torch.zeros_like(entropy), ENTROPY: entropy}
 
 
-class DAACValueLoss(LossModule):
+class DAACValueLoss(LossBase):
     r"""DAAC's value-network loss: regression of :math:`V_\phi(s)` on the GAE value target.
 
     .. math::

@@ -33,7 +33,6 @@ from dataclasses import dataclass
 import torch
 from tensordict import NestedKey, TensorDict, TensorDictBase
 from torch import Tensor, nn
-from torchrl.objectives import LossModule
 
 from rlkit import keys
 from rlkit.modules.target import TargetNetwork, call_network
@@ -41,6 +40,7 @@ from rlkit.objectives.common import (
     LOSS_VALUE,
     READ_BY_NETWORK,
     VALUE_MEAN,
+    LossBase,
     _check_choice,
     check_float,
     require_keys,
@@ -252,7 +252,7 @@ def check_q_network(owner: str, q_network: nn.Module, out_key: NestedKey, what: 
 # ---------------------------------------------------------------------------------------
 # The loss module
 # ---------------------------------------------------------------------------------------
-class DQNLoss(LossModule):
+class DQNLoss(LossBase):
     r"""DQN temporal-difference loss with a target network (see the module docstring).
 
     Keys read: the Q network's ``in_keys`` (``observation``) and the same under ``"next"``;

@@ -2,6 +2,8 @@ r"""IMPALA's V-trace actor-critic loss (Espeholt et al. 2018) as a TorchRL ``Los
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from tensordict import NestedKey, TensorDict, TensorDictBase
 from torch import Tensor, nn
@@ -91,6 +93,20 @@ class IMPALALoss(ActorCriticLoss):
     ``deepmind/scalable_agent`` ``vtrace.py`` and ``experiment.py``.
     """
 
+    @dataclass
+    class _AcceptedKeys:
+        """Input keys, renamable with ``loss.set_keys(name=key)`` (TorchRL's names too:
+        ``sample_log_prob``, ``value``). ``reward``, ``done`` and ``terminated`` are read
+        under ``"next"``, as TorchRL reads them: ``set_keys(reward="r")`` reads
+        ``("next", "r")``."""
+
+        action: NestedKey = keys.ACTION
+        action_log_prob: NestedKey = keys.ACTION_LOG_PROB
+        state_value: NestedKey = keys.STATE_VALUE
+        reward: NestedKey = keys.REWARD
+        done: NestedKey = keys.DONE
+        terminated: NestedKey = keys.TERMINATED
+
     _diagnostics = (RHO_MEAN, RHO_CLIPPED_FRACTION, ENTROPY, EXPLAINED_VARIANCE, VALUE_MEAN)
 
     def __init__(
@@ -132,12 +148,19 @@ class IMPALALoss(ActorCriticLoss):
 
     @property
     def out_keys(self) -> list[str]:
-        return [LOSS_POLICY, LOSS_VALUE, LOSS_ENTROPY, *self._diagnostics, ADVANTAGE_MEAN]
+        return [*self._loss_terms(), *self._diagnostics, ADVANTAGE_MEAN]
+
+    def _env_keys(self) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+        """``(reward, done, terminated)`` as full keys under ``"next"``."""
+        k = self.tensor_keys
+        return keys.under_next(k.reward), keys.under_next(k.done), keys.under_next(k.terminated)
 
     def _required_keys(self) -> dict[NestedKey, str]:
         needs = dict.fromkeys([*self.actor.in_keys, *self.critic.in_keys], "read by a network")
-        needs[keys.ACTION] = needs[keys.ACTION_LOG_PROB] = WRITTEN_BY_BEHAVIOUR_ACTOR
-        for key in (keys.REWARD, keys.DONE, keys.TERMINATED, keys.NEXT_OBSERVATION):
+        needs[self.tensor_keys.action] = WRITTEN_BY_BEHAVIOUR_ACTOR
+        needs[self.tensor_keys.action_log_prob] = WRITTEN_BY_BEHAVIOUR_ACTOR
+        next_inputs = [keys.under_next(k) for k in self.critic.in_keys]
+        for key in (*self._env_keys(), *next_inputs):
             needs[key] = "the environment writes it (collect the batch with a collector)"
         return needs
 
@@ -151,7 +174,8 @@ class IMPALALoss(ActorCriticLoss):
                 f"{list(td.batch_size)}: do not flatten or shuffle the batch across time"
             )
         dist = self.actor.get_dist(td.select(*self.actor.in_keys))
-        log_prob = per_sample_log_prob(dist, td.get(keys.ACTION), td.batch_size, owner="IMPALALoss")
+        action = td.get(self.tensor_keys.action)
+        log_prob = per_sample_log_prob(dist, action, td.batch_size, owner="IMPALALoss")
         return dist, log_prob
 
     def _values(self, td: TensorDictBase) -> tuple[Tensor, Tensor]:
@@ -176,17 +200,18 @@ class IMPALALoss(ActorCriticLoss):
                 next_value = self.critic(td.get(keys.NEXT).select(*self.critic.in_keys)).get(
                     self.tensor_keys.state_value
                 )
-        behaviour = td.get(keys.ACTION_LOG_PROB)
+        behaviour = td.get(self.tensor_keys.action_log_prob)
         if behaviour.shape != td.batch_size:
             behaviour = behaviour.reshape(td.batch_size)
+        reward, done, terminated = (td.get(k) for k in self._env_keys())
         advantage, target = VF.vtrace(
             behaviour.detach().unsqueeze(-1),
             log_prob.detach().unsqueeze(-1),
-            td.get(keys.REWARD),
+            reward,
             value.detach().unsqueeze(-1),
             next_value,
-            td.get(keys.DONE),
-            td.get(keys.TERMINATED),
+            done,
+            terminated,
             gamma=self.gamma,
             lmbda=self.vtrace_lambda,
             rho_clip=self.rho_clip,
@@ -216,6 +241,7 @@ class IMPALALoss(ActorCriticLoss):
             out[EXPLAINED_VARIANCE] = explained_variance(value, vt["value_target"])
             out[VALUE_MEAN] = value.detach().mean()
             out[ADVANTAGE_MEAN] = vt["advantage"].mean()
+        self._note_terms(out)
         return TensorDict(out, batch_size=[])
 
     def _entropy(self, dist) -> Tensor:

@@ -14,7 +14,6 @@ import torch
 from tensordict import NestedKey, TensorDict, TensorDictBase
 from torch import Tensor, nn
 from torch.distributions import Distribution, kl_divergence
-from torchrl.objectives import LossModule
 
 from rlkit import keys
 from rlkit.objectives.common import (
@@ -23,6 +22,7 @@ from rlkit.objectives.common import (
     READ_BY_NETWORK,
     WRITTEN_BY_ESTIMATOR,
     Hyperparameter,
+    LossBase,
     _check_networks,
     read_column,
     require_keys,
@@ -76,7 +76,7 @@ def policy_kl(old: Distribution, new: Distribution, *, num_samples: int = 1) -> 
         return (old_log_prob - new.log_prob(x)).mean(0)
 
 
-class PPGAuxLoss(LossModule):
+class PPGAuxLoss(LossBase):
     r"""Phasic Policy Gradient, auxiliary phase.
 
     .. math::

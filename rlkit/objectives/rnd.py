@@ -33,13 +33,13 @@ from dataclasses import dataclass
 import torch
 from tensordict import NestedKey, TensorDict, TensorDictBase
 from torch import Tensor, nn
-from torchrl.objectives import LossModule
 
 from rlkit import keys
 from rlkit.modules.networks import mlp
 from rlkit.modules.normalization import RunningMeanStd
 from rlkit.objectives.common import (
     Hyperparameter,
+    LossBase,
     read_column,
     require_keys,
 )
@@ -536,7 +536,7 @@ LOSS_PREDICTOR = "loss_predictor"
 WRITTEN_BY_COLLECTOR = "the collector writes it (the observation the step returned)"
 
 
-class RNDPredictorLoss(LossModule):
+class RNDPredictorLoss(LossBase):
     r"""RND's predictor loss as a loss module: :meth:`RND.predictor_loss` on the minibatch's
     *next* observations :math:`s'` (the observations the bonus scores).
 

@@ -62,11 +62,10 @@ import torch
 from tensordict import NestedKey, TensorDict, TensorDictBase
 from torch import Tensor, nn
 from torchrl.data import Categorical, Composite, OneHot, TensorSpec
-from torchrl.objectives import LossModule
 
 from rlkit import keys
 from rlkit.modules.target import TargetNetwork, call_network
-from rlkit.objectives.common import READ_BY_NETWORK, VALUE_MEAN, check_float, require_keys
+from rlkit.objectives.common import READ_BY_NETWORK, VALUE_MEAN, LossBase, check_float, require_keys
 from rlkit.objectives.dqn import (
     BOOTSTRAP_DISCOUNT,
     PRIORITY_WEIGHT,
@@ -192,7 +191,7 @@ def _is_discrete(spec: TensorSpec | None) -> bool | None:
     return isinstance(spec, Categorical | OneHot)
 
 
-class _SACBase(LossModule):
+class _SACBase(LossBase):
     """Shared shell: checks, temperature, target networks, key reading."""
 
     q_out_key: NestedKey = keys.STATE_ACTION_VALUE

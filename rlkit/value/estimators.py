@@ -36,12 +36,14 @@ from are constants for the losses.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields, replace
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import NestedKey, TensorDictBase
 from torch import nn
 
 from rlkit import keys
+from rlkit.keys import MissingKeyError
 from rlkit.value import functional as F
 
 __all__ = ["GAE", "TDLambda", "TwinGAE", "VTrace", "VTRACE_RHO"]
@@ -52,22 +54,46 @@ __all__ = ["GAE", "TDLambda", "TwinGAE", "VTrace", "VTRACE_RHO"]
 VTRACE_RHO = keys.VTRACE_RHO
 
 _FROM_ENV = "the environment/collector writes it"
-_WRITERS: dict[object, str] = {
-    keys.REWARD: _FROM_ENV,
-    keys.DONE: _FROM_ENV,
-    keys.TERMINATED: _FROM_ENV,
-    keys.ACTION: "the collector writes it (the collecting actor's output)",
-    keys.ACTION_LOG_PROB: (
+_WRITERS: dict[str, str] = {
+    "reward": _FROM_ENV,
+    "done": _FROM_ENV,
+    "terminated": _FROM_ENV,
+    "action": "the collector writes it (the collecting actor's output)",
+    "action_log_prob": (
         "the collecting actor writes it: build it with return_log_prob=True, "
-        "log_prob_key=keys.ACTION_LOG_PROB"
+        "log_prob_key=keys.ACTION_LOG_PROB (or rename the key with "
+        "estimator.set_keys(sample_log_prob=...))"
     ),
 }
+#: Names whose keys are read under ``"next"`` (TorchRL's convention for env outputs).
+_NEXT_NAMES = ("reward", "done", "terminated", "intrinsic_reward")
+
+
+def _next_of(key: NestedKey) -> tuple[str, ...]:
+    """The same key one level down, in ``"next"``: ``"v"`` -> ``("next", "v")``."""
+    return (keys.NEXT, *((key,) if isinstance(key, str) else tuple(key)))
 
 
 class _ValueEstimator(nn.Module):
-    """Shared plumbing: time-dim resolution, key/shape checks, critic calls."""
+    """Shared plumbing: renamable keys, time-dim resolution, key/shape checks, critic calls."""
 
     _needs_state_value = True
+
+    @dataclass
+    class _AcceptedKeys:
+        """Keys read and written, renamable with ``estimator.set_keys(name=key)``.
+
+        ``reward`` / ``done`` / ``terminated`` are read under ``"next"`` (``"r"`` reads
+        ``("next", "r")``, as TorchRL's estimators do); ``state_value`` is read at the root
+        and, for the bootstrap, at ``("next", state_value)``.
+        """
+
+        reward: NestedKey = keys.REWARD
+        done: NestedKey = keys.DONE
+        terminated: NestedKey = keys.TERMINATED
+        state_value: NestedKey = keys.STATE_VALUE
+        advantage: NestedKey = keys.ADVANTAGE
+        value_target: NestedKey = keys.VALUE_TARGET
 
     def __init__(
         self,
@@ -91,20 +117,66 @@ class _ValueEstimator(nn.Module):
         self.value_network = value_network
         self.time_dim = time_dim
         self.recompute_values = recompute_values
+        self._tensor_keys = self._AcceptedKeys()
 
     # ----------------------------------------------------------------- keys
 
     @property
+    def tensor_keys(self) -> _AcceptedKeys:
+        """The keys in use (rename them with :meth:`set_keys`)."""
+        return self._tensor_keys
+
+    @classmethod
+    def default_keys(cls) -> _AcceptedKeys:
+        return cls._AcceptedKeys()
+
+    @classmethod
+    def accepted_key_names(cls) -> list[str]:
+        """The names :meth:`set_keys` accepts (besides their TorchRL aliases)."""
+        return [f.name for f in fields(cls._AcceptedKeys)]
+
+    def set_keys(self, **kwargs: NestedKey | None) -> _ValueEstimator:
+        """Rename the keys read and written; TorchRL's names are accepted as aliases.
+
+        ``set_keys(value="v", sample_log_prob="lp", advantage="adv")`` is
+        ``set_keys(state_value="v", action_log_prob="lp", advantage="adv")``; ``None``
+        restores a default. An unknown name raises a one-line ``ValueError`` listing the
+        accepted ones. Returns the estimator, so it chains after the constructor.
+        """
+        owner = type(self).__name__
+        names = keys.resolve_key_names(owner, self.accepted_key_names(), kwargs)
+        defaults = self.default_keys()
+        for name, key in names.items():
+            if key is None:
+                key = getattr(defaults, name)
+            elif name in _NEXT_NAMES:
+                key = keys.under_next(key)
+            elif not isinstance(key, str | tuple):
+                raise TypeError(f"{owner}.set_keys: {name} must be a str or tuple key, got {key!r}")
+            names[name] = key
+        self._tensor_keys = replace(self._tensor_keys, **names)
+        return self
+
+    def _key(self, name: str) -> NestedKey:
+        return getattr(self._tensor_keys, name)
+
+    @property
+    def _value_keys(self) -> list[NestedKey]:
+        """The value keys read: ``[state_value,] ("next", state_value)``."""
+        value = self._key("state_value")
+        return [value, _next_of(value)] if self._needs_state_value else [_next_of(value)]
+
+    @property
     def in_keys(self) -> list:
         """Keys read (values may instead be written by ``value_network``)."""
-        value_keys = [keys.NEXT_STATE_VALUE]
-        if self._needs_state_value:
-            value_keys.insert(0, keys.STATE_VALUE)
-        return [keys.REWARD, keys.DONE, keys.TERMINATED, *value_keys]
+        return [self._key("reward"), self._key("done"), self._key("terminated"), *self._value_keys]
 
     @property
     def out_keys(self) -> list:
-        return [keys.ADVANTAGE, keys.VALUE_TARGET]
+        return [self._key("advantage"), self._key("value_target")]
+
+    def _missing(self, key: NestedKey, what: str) -> MissingKeyError:
+        return MissingKeyError(f"{type(self).__name__}: {keys.describe(key)} is missing: {what}")
 
     def _resolve_time_dim(self, td: TensorDictBase, time_dim: int | None) -> int:
         """Time dim as a non-negative batch-dim index (see the module docstring)."""
@@ -134,11 +206,12 @@ class _ValueEstimator(nn.Module):
             return named
         return batch_dims - 1 if explicit is None else explicit
 
-    def _require(self, td: TensorDictBase, *required) -> None:
+    def _require(self, td: TensorDictBase, *names: str) -> None:
         present = td.keys(include_nested=True)
-        for key in required:
+        for name in names:
+            key = self._key(name)
             if key not in present:
-                raise KeyError(f"{keys.describe(key)} is missing: {_WRITERS[key]}")
+                raise self._missing(key, _WRITERS[name])
 
     def _get_scalar(self, td: TensorDictBase, key) -> torch.Tensor:
         """``td[key]``, checked to be ``batch_size + (1,)``."""
@@ -146,8 +219,8 @@ class _ValueEstimator(nn.Module):
         expected = (*td.batch_size, 1)
         if tensor.shape != expected:
             raise ValueError(
-                f"{keys.describe(key)} has shape {tuple(tensor.shape)}; expected {expected} "
-                "(the batch size plus a trailing 1)"
+                f"{type(self).__name__}: {keys.describe(key)} has shape "
+                f"{tuple(tensor.shape)}; expected {expected} (the batch size plus a trailing 1)"
             )
         return tensor
 
@@ -155,44 +228,53 @@ class _ValueEstimator(nn.Module):
 
     def _ensure_values(self, td: TensorDictBase) -> None:
         """Write the critic's values where absent (or always, with recompute_values)."""
-        wanted = [(td, keys.STATE_VALUE)] if self._needs_state_value else []
-        wanted.append((td.get(keys.NEXT), keys.NEXT_STATE_VALUE))
+        value = self._key("state_value")
+        wanted = [(td, value, value)] if self._needs_state_value else []
+        wanted.append((td.get(keys.NEXT), value, _next_of(value)))
         present = td.keys(include_nested=True)
-        for sub, full_key in wanted:
+        for sub, key, full_key in wanted:
             if full_key in present and not self.recompute_values:
                 continue
             if self.value_network is None:
                 name = keys.describe(full_key)
-                raise KeyError(
-                    f"{name} missing and no value_network given: pass value_network=... "
-                    f"or write {name} first"
+                raise MissingKeyError(
+                    f"{type(self).__name__}: {name} missing and no value_network given: pass "
+                    f"value_network=... or write {name} first"
                 )
             self._check_value_inputs(td, sub is not td)
             self.value_network(sub)
+            if sub.get(key, None) is None:
+                written = list(getattr(self.value_network, "out_keys", ()))
+                raise self._missing(
+                    full_key,
+                    f"value_network wrote {written}, not {keys.describe(key)}: rename the "
+                    f"estimator's key with set_keys(value={written[0] if written else '...'!r}) "
+                    "or build the critic with that out_key",
+                )
 
     def _check_value_inputs(self, td: TensorDictBase, nested: bool) -> None:
         present = td.keys(include_nested=True)
         for key in getattr(self.value_network, "in_keys", ()):
-            full = (keys.NEXT, *((key,) if isinstance(key, str) else key)) if nested else key
+            full = _next_of(key) if nested else key
             if full not in present:
-                raise KeyError(
-                    f"{keys.describe(full)} is missing: {_FROM_ENV} "
-                    "(value_network reads it to compute the values)"
+                raise self._missing(
+                    full, f"{_FROM_ENV} (value_network reads it to compute the values)"
                 )
 
     def _common(self, td: TensorDictBase, time_dim: int | None) -> tuple[dict, int]:
         """Check and read the shared inputs; return them and the functional's time_dim."""
         t = self._resolve_time_dim(td, time_dim)
-        self._require(td, keys.REWARD, keys.DONE, keys.TERMINATED)
+        self._require(td, "reward", "done", "terminated")
         self._ensure_values(td)
+        value = self._key("state_value")
         inputs = {
-            "reward": self._get_scalar(td, keys.REWARD),
-            "done": self._get_scalar(td, keys.DONE),
-            "terminated": self._get_scalar(td, keys.TERMINATED),
-            "next_value": self._get_scalar(td, keys.NEXT_STATE_VALUE),
+            "reward": self._get_scalar(td, self._key("reward")),
+            "done": self._get_scalar(td, self._key("done")),
+            "terminated": self._get_scalar(td, self._key("terminated")),
+            "next_value": self._get_scalar(td, _next_of(value)),
         }
         if self._needs_state_value:
-            inputs["value"] = self._get_scalar(td, keys.STATE_VALUE)
+            inputs["value"] = self._get_scalar(td, value)
         # the scalars are [*batch, 1]: the time dim counted from the end skips the 1
         return inputs, t - td.batch_dims - 1
 
@@ -234,8 +316,8 @@ class GAE(_ValueEstimator):
     def forward(self, td: TensorDictBase, *, time_dim: int | None = None) -> TensorDictBase:
         inputs, fdim = self._common(td, time_dim)
         advantage, target = F.gae(**inputs, gamma=self.gamma, lmbda=self.lmbda, time_dim=fdim)
-        td.set(keys.ADVANTAGE, advantage)
-        td.set(keys.VALUE_TARGET, target)
+        td.set(self._key("advantage"), advantage)
+        td.set(self._key("value_target"), target)
         return td
 
 
@@ -250,15 +332,26 @@ class TDLambda(_ValueEstimator):
 
     _needs_state_value = False
 
+    @dataclass
+    class _AcceptedKeys:
+        """Keys read and written, renamable with ``estimator.set_keys(name=key)``; as for
+        :class:`GAE` (``state_value`` is read at ``("next", state_value)`` only)."""
+
+        reward: NestedKey = keys.REWARD
+        done: NestedKey = keys.DONE
+        terminated: NestedKey = keys.TERMINATED
+        state_value: NestedKey = keys.STATE_VALUE
+        value_target: NestedKey = keys.VALUE_TARGET
+
     @property
     def out_keys(self) -> list:
-        return [keys.VALUE_TARGET]
+        return [self._key("value_target")]
 
     @torch.no_grad()
     def forward(self, td: TensorDictBase, *, time_dim: int | None = None) -> TensorDictBase:
         inputs, fdim = self._common(td, time_dim)
         target = F.td_lambda(**inputs, gamma=self.gamma, lmbda=self.lmbda, time_dim=fdim)
-        td.set(keys.VALUE_TARGET, target)
+        td.set(self._key("value_target"), target)
         return td
 
 
@@ -332,20 +425,29 @@ class VTrace(_ValueEstimator):
         self.actor = actor
         self.target_actor = target_actor
 
+    @dataclass
+    class _AcceptedKeys(_ValueEstimator._AcceptedKeys):
+        """:class:`GAE`'s keys, the stored action and its log mu(a|x) (TorchRL's name:
+        ``sample_log_prob``), and the ratio written."""
+
+        action: NestedKey = keys.ACTION
+        action_log_prob: NestedKey = keys.ACTION_LOG_PROB
+        vtrace_rho: NestedKey = keys.VTRACE_RHO
+
     @property
     def in_keys(self) -> list:
-        return [*super().in_keys, keys.ACTION, keys.ACTION_LOG_PROB]
+        return [*super().in_keys, self._key("action"), self._key("action_log_prob")]
 
     @property
     def out_keys(self) -> list:
-        return [*super().out_keys, VTRACE_RHO]
+        return [*super().out_keys, self._key("vtrace_rho")]
 
     @torch.no_grad()
     def forward(self, td: TensorDictBase, *, time_dim: int | None = None) -> TensorDictBase:
-        self._require(td, keys.ACTION, keys.ACTION_LOG_PROB)
+        self._require(td, "action", "action_log_prob")
         inputs, fdim = self._common(td, time_dim)
-        stored = td.get(keys.ACTION_LOG_PROB)
-        behavior = _joint_log_prob(stored, td, keys.describe(keys.ACTION_LOG_PROB))
+        log_prob_key = self._key("action_log_prob")
+        behavior = _joint_log_prob(td.get(log_prob_key), td, keys.describe(log_prob_key))
         target = _joint_log_prob(self._target_log_prob(td), td, "the actor's log_prob")
         advantage, value_target = F.vtrace(
             behavior,
@@ -358,9 +460,9 @@ class VTrace(_ValueEstimator):
             pg_rho_clip=self.pg_rho_clip,
             time_dim=fdim,
         )
-        td.set(keys.ADVANTAGE, advantage)
-        td.set(keys.VALUE_TARGET, value_target)
-        td.set(VTRACE_RHO, torch.sub(target, behavior).exp_())
+        td.set(self._key("advantage"), advantage)
+        td.set(self._key("value_target"), value_target)
+        td.set(self._key("vtrace_rho"), torch.sub(target, behavior).exp_())
         return td
 
     def _target_log_prob(self, td: TensorDictBase) -> torch.Tensor:
@@ -370,10 +472,10 @@ class VTrace(_ValueEstimator):
         present = td.keys(include_nested=True)
         for key in in_keys:
             if key not in present:
-                raise KeyError(f"{keys.describe(key)} is missing: {_FROM_ENV} (the actor reads it)")
+                raise self._missing(key, f"{_FROM_ENV} (the actor reads it)")
         # a selection: the actor's writes (logits, loc, scale) stay out of the batch
         inputs = td.select(*in_keys) if in_keys else td.copy()
-        return policy.get_dist(inputs).log_prob(td.get(keys.ACTION))
+        return policy.get_dist(inputs).log_prob(td.get(self._key("action")))
 
 
 def _joint_log_prob(log_prob: torch.Tensor, td: TensorDictBase, name: str) -> torch.Tensor:
@@ -389,7 +491,7 @@ def _joint_log_prob(log_prob: torch.Tensor, td: TensorDictBase, name: str) -> to
     return log_prob.unsqueeze(-1)
 
 
-_WRITTEN_BY_RND = (
+_WRITERS["intrinsic_reward"] = (
     "rlkit.objectives.rnd.RND.intrinsic_reward writes it (RNDLearner does, before the "
     "estimator runs)"
 )
@@ -441,59 +543,74 @@ class TwinGAE(GAE):
         lmbda_int = lmbda if lmbda_int is None else lmbda_int
         self.lmbda_int = F._check_unit_interval("TwinGAE: lmbda_int", lmbda_int)
 
+    @dataclass
+    class _AcceptedKeys(_ValueEstimator._AcceptedKeys):
+        """:class:`GAE`'s keys and the intrinsic stream's (``intrinsic_reward`` is read
+        under ``"next"``; ``intrinsic_state_value`` at the root and under ``"next"``)."""
+
+        intrinsic_reward: NestedKey = keys.INTRINSIC_REWARD
+        intrinsic_state_value: NestedKey = keys.INTRINSIC_STATE_VALUE
+        intrinsic_advantage: NestedKey = keys.INTRINSIC_ADVANTAGE
+        intrinsic_value_target: NestedKey = keys.INTRINSIC_VALUE_TARGET
+
     @property
     def in_keys(self) -> list:
-        return [
-            *super().in_keys,
-            keys.INTRINSIC_REWARD,
-            keys.INTRINSIC_STATE_VALUE,
-            keys.NEXT_INTRINSIC_STATE_VALUE,
-        ]
+        value = self._key("intrinsic_state_value")
+        return [*super().in_keys, self._key("intrinsic_reward"), value, _next_of(value)]
 
     @property
     def out_keys(self) -> list:
-        return [*super().out_keys, keys.INTRINSIC_ADVANTAGE, keys.INTRINSIC_VALUE_TARGET]
+        return [
+            *super().out_keys,
+            self._key("intrinsic_advantage"),
+            self._key("intrinsic_value_target"),
+        ]
 
     def _ensure_values(self, td: TensorDictBase) -> None:
-        wanted = (
-            keys.STATE_VALUE,
-            keys.NEXT_STATE_VALUE,
-            keys.INTRINSIC_STATE_VALUE,
-            keys.NEXT_INTRINSIC_STATE_VALUE,
-        )
+        value, intrinsic = self._key("state_value"), self._key("intrinsic_state_value")
+        wanted = (value, _next_of(value), intrinsic, _next_of(intrinsic))
         present = td.keys(include_nested=True)
         if not self.recompute_values and all(k in present for k in wanted):
             return
         if self.value_network is None:
             missing = ", ".join(keys.describe(k) for k in wanted if k not in present)
-            raise KeyError(
-                f"{missing} missing and no value_network given: pass value_network=<a twin "
-                "critic> or write both heads' values (current and next) first"
+            raise MissingKeyError(
+                f"TwinGAE: {missing} missing and no value_network given: pass "
+                "value_network=<a twin critic> or write both heads' values (current and next) "
+                "first"
             )
         self._check_value_inputs(td, False)
         self._check_value_inputs(td, True)
         self.value_network(td)
         self.value_network(td.get(keys.NEXT))
+        present = td.keys(include_nested=True)
+        for key in wanted:
+            if key not in present:
+                written = list(getattr(self.value_network, "out_keys", ()))
+                raise self._missing(
+                    key,
+                    f"value_network wrote {written}: rename the estimator's keys with "
+                    "set_keys(state_value=..., intrinsic_state_value=...) to match them",
+                )
 
     @torch.no_grad()
     def forward(self, td: TensorDictBase, *, time_dim: int | None = None) -> TensorDictBase:
-        present = td.keys(include_nested=True)
-        if keys.INTRINSIC_REWARD not in present:
-            raise KeyError(f"{keys.describe(keys.INTRINSIC_REWARD)} is missing: {_WRITTEN_BY_RND}")
+        self._require(td, "intrinsic_reward")
         super().forward(td, time_dim=time_dim)  # extrinsic stream; writes both heads' values
         fdim = self._resolve_time_dim(td, time_dim) - td.batch_dims - 1
-        value = self._get_scalar(td, keys.INTRINSIC_STATE_VALUE)
-        last = self._get_scalar(td, keys.NEXT_INTRINSIC_STATE_VALUE)
+        intrinsic = self._key("intrinsic_state_value")
+        value = self._get_scalar(td, intrinsic)
+        last = self._get_scalar(td, _next_of(intrinsic))
         advantage, target = F.non_episodic_gae(
-            self._get_scalar(td, keys.INTRINSIC_REWARD),
+            self._get_scalar(td, self._key("intrinsic_reward")),
             value,
             F.continuing_next_value(value, last, time_dim=fdim),
             gamma=self.gamma_int,
             lmbda=self.lmbda_int,
             time_dim=fdim,
         )
-        td.set(keys.INTRINSIC_ADVANTAGE, advantage)
-        td.set(keys.INTRINSIC_VALUE_TARGET, target)
+        td.set(self._key("intrinsic_advantage"), advantage)
+        td.set(self._key("intrinsic_value_target"), target)
         return td
 
     def extra_repr(self) -> str:
