@@ -128,9 +128,17 @@ class Replay:
             "rows": rows.to("cpu").to_dict() if rows is not None else {},
             "writer": dict(self.buffer._writer.state_dict()),
             "priorities": self.priorities[:n].clone() if self.priorities is not None else None,
+            # what the sampler's trees hold, (p + eps) ** alpha as computed when each was set:
+            # recomputing them on load rounds differently (a pow of one element and of a long
+            # vector differ in the last bit), so a resumed run would sample other weights
+            "tree_priorities": self._tree_priorities(n) if self.prioritized else None,
             # new rows get the largest priority ever set, which may no longer be in the buffer
             "max_priority": float(self.sampler.default_priority) if self.prioritized else None,
         }
+
+    def _tree_priorities(self, n: int) -> torch.Tensor:
+        leaves = self.sampler._sum_tree[torch.arange(n)] if n else torch.zeros(0)
+        return torch.as_tensor(leaves).cpu().clone()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         n = int(state["size"])
@@ -153,6 +161,11 @@ class Replay:
         self.buffer._writer.load_state_dict(dict(state["writer"]))
         if self.priorities is not None:
             self._restore_priorities(state["priorities"], state.get("max_priority"))
+            tree = state.get("tree_priorities")
+            if tree is not None:  # the trees exactly as saved (older checkpoints: recomputed)
+                index = torch.arange(n)
+                self.sampler._sum_tree[index] = tree
+                self.sampler._min_tree[index] = tree
 
     def _restore_priorities(self, priorities: torch.Tensor, max_priority: float | None) -> None:
         """Set every row's raw priority, then the sampler's running maximum: raising row 0
