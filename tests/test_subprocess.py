@@ -116,6 +116,8 @@ def test_sigkill_mid_training_then_resume_loses_and_repeats_no_frames(tmp_path):
     assert frames == sorted(set(frames)), "frames logged twice after the resume"
     assert all(b - a == 256 for a, b in zip(frames, frames[1:])), "frames lost after the resume"
     assert frames[-1] == summary["frames"]
+    evals = [int(r.split(",")[0]) for r in (run_dir / "eval.csv").read_text().splitlines()[1:]]
+    assert evals == sorted(set(evals)), "an evaluation logged twice after the resume"
     assert summary["solved"], summary
 
 
@@ -303,6 +305,45 @@ def test_ddp_resume_gives_each_rank_its_own_per_rank_state(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "rank 1" in proc.stderr and "does not match" in proc.stderr
     assert json.loads((run_dir / "summary.json").read_text())["rank_param_max_diff"] == 0.0
+
+
+def _tensors(tree, prefix=""):
+    """Every tensor of a nested checkpoint entry, by path."""
+    import torch
+
+    if isinstance(tree, torch.Tensor):
+        return {prefix: tree}
+    out = {}
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            out |= _tensors(v, f"{prefix}/{k}")
+    elif isinstance(tree, (list, tuple)):
+        for i, v in enumerate(tree):
+            out |= _tensors(v, f"{prefix}/{i}")
+    return out
+
+
+@pytest.mark.slow
+def test_ddp_resume_gives_each_rank_its_own_replay_buffer(tmp_path):
+    """--save-buffer on two ranks: each rank's buffer holds its own envs' transitions, and a
+    resume restores each rank's own (rank 1 does not get rank 0's)."""
+    import torch
+
+    run_dir = tmp_path / "dqn"
+    flags = ["--save-buffer", "true", "--learning-starts", "64", "--eval-every", "0"]
+    flags += ["--eval-episodes", "2", "--progress", "false", "--total-frames", "512"]
+    run_ddp("dqn", run_dir, *flags)
+    zero = run_dir / "checkpoints" / "last.pt"
+    one = run_dir / "checkpoints" / "rank1" / "last.pt"
+    b0 = _tensors(ckpt.load(zero)["learner"]["buffer"])
+    b1 = _tensors(ckpt.load(one)["learner"]["buffer"])
+    assert b0.keys() == b1.keys() and b0
+    assert any(not torch.equal(b0[k], b1[k]) for k in b0), "the ranks' buffers agree"
+    run_ddp("dqn", run_dir, *flags, "--resume", "last")  # nothing left: re-saves what it restored
+    after0 = _tensors(ckpt.load(zero)["learner"]["buffer"])
+    after1 = _tensors(ckpt.load(one)["learner"]["buffer"])
+    assert all(torch.equal(after1[k], b1[k]) for k in b1), "rank 1 did not restore its own"
+    assert all(torch.equal(after0[k], b0[k]) for k in b0)
 
 
 @pytest.mark.slow

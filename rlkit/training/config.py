@@ -78,6 +78,13 @@ class TrainConfig:
         default=None,
         metadata=_help("checkpoint to resume from, or 'last' for <run-dir>/checkpoints/last.pt"),
     )
+    overwrite: bool = field(
+        default=False,
+        metadata=_help(
+            "start a new run in an existing --run-dir that holds another run: the old run is "
+            "moved aside to <run-dir>.old-<time> first (never mixed with the new one)"
+        ),
+    )
     init_from: str | None = field(
         default=None, metadata=_help("warm start: load network weights only from a checkpoint")
     )
@@ -95,7 +102,13 @@ class TrainConfig:
     num_nodes: int = field(default=1, metadata=_help("number of nodes (multi-node DDP)"))
     threads: int = field(default=1, metadata=_help("torch CPU threads per process"))
     video: bool = field(default=False, metadata=_help("save a GIF of one evaluation episode"))
-    progress: bool = field(default=True, metadata=_help("show a progress bar"))
+    progress: bool = field(
+        default=True,
+        metadata=_help(
+            "show a progress bar (false: no bar, but still the run directory, one line per "
+            "evaluation and the result)"
+        ),
+    )
     log_every: int = field(
         default=1, metadata=_help("write training metrics every this many batches")
     )
@@ -116,10 +129,16 @@ class TrainConfig:
         if self.eval_only and not self.init_from:
             raise ValueError(
                 "--eval-only needs --init-from PATH: the checkpoint whose policy to evaluate "
-                "(with --config <run-dir>/config.yaml for its network settings)"
+                "(its network and evaluation settings come from the checkpoint)"
             )
         if self.eval_only and self.resume:
             raise ValueError("--eval-only takes its checkpoint from --init-from, not --resume")
+        if self.overwrite and self.resume:
+            raise ValueError(
+                "--overwrite starts a new run and --resume continues one: drop one of them"
+            )
+        if self.resume == "last" and not self.run_dir:
+            raise ValueError("--resume last needs --run-dir: the run whose last checkpoint to load")
         if self.devices != "auto":
             try:
                 n = int(self.devices)
@@ -227,9 +246,17 @@ def field_metadata(cls: type, name: str) -> Mapping[str, Any]:
     return {}
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line: ``error: <what> (see --help)``, exit status 2,
+    instead of a usage block of every flag followed by the error."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"error: {message} (see --help)\n")
+
+
 def build_parser(cls: type, *, description: str | None = None) -> argparse.ArgumentParser:
     """An argparse parser with one ``--flag`` per dataclass field of ``cls``."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         description=description or (cls.__doc__ or "").strip(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
@@ -257,11 +284,58 @@ def build_parser(cls: type, *, description: str | None = None) -> argparse.Argum
     return parser
 
 
+#: Settings of where and how a process runs. They are never taken from a ``--config`` file
+#: (a run's own ``config.yaml`` passed back must not train into that run's directory) nor
+#: from a checkpoint's stored config; type them as flags.
+LAUNCH_FIELDS = frozenset(
+    {
+        "run_dir",
+        "resume",
+        "init_from",
+        "eval_only",
+        "overwrite",
+        "config",
+        "accelerator",
+        "devices",
+        "strategy",
+        "num_nodes",
+    }
+)
+
+#: Settings a resumed run may change (``--resume`` with these flags): the budget, the
+#: evaluation and checkpoint cadence, logging and how the process runs. Every other setting
+#: comes from the checkpoint; typing another value for one is refused (it would change the
+#: algorithm in the middle of the run).
+RESUME_SAFE = LAUNCH_FIELDS | {
+    "total_frames",
+    "target_return",
+    "eval_every",
+    "eval_episodes",
+    "checkpoint_every",
+    "log_every",
+    "progress",
+    "video",
+    "threads",
+    "save_buffer",
+}
+
+
 def _load_yaml(path: str, cls: type) -> dict[str, Any]:
     file = Path(path)
-    if not file.is_file():
-        raise FileNotFoundError(f"--config {path!r}: no such file")
-    data = yaml.safe_load(file.read_text()) or {}
+    if file.is_dir() or not file.exists():
+        raise FileNotFoundError(f"--config {path!r}: no such file (pass a YAML file of flags)")
+    try:
+        data = yaml.safe_load(file.read_text()) or {}
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(err, "problem", None) or type(err).__name__
+        raise ValueError(
+            f"--config {path!r} is not valid YAML ({where}{problem}); write one "
+            "'flag_name: value' per line"
+        ) from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"--config {path!r} cannot be read ({err}); pass a YAML file") from None
     if not isinstance(data, Mapping):
         raise ValueError(f"--config {path!r} must hold a mapping of flag names to values")
     data = {str(k).replace("-", "_"): v for k, v in data.items()}
@@ -269,6 +343,8 @@ def _load_yaml(path: str, cls: type) -> dict[str, Any]:
     unknown = sorted(set(data) - known)
     if unknown:
         raise ValueError(f"--config {path!r}: unknown keys {unknown}; see --help for the flags")
+    # launch settings are typed, not replayed (a run's config.yaml names its own run_dir)
+    data = {k: v for k, v in data.items() if k not in LAUNCH_FIELDS}
     return _as_field_types(data, cls)
 
 
@@ -282,29 +358,21 @@ def _as_field_types(data: dict[str, Any], cls: type) -> dict[str, Any]:
     return data
 
 
-#: Settings of where and how a process runs, never taken from a checkpoint's stored config.
-_LAUNCH_FIELDS = frozenset(
-    {
-        "run_dir",
-        "resume",
-        "init_from",
-        "eval_only",
-        "config",
-        "accelerator",
-        "devices",
-        "strategy",
-        "num_nodes",
-        "threads",
-        "progress",
-        "video",
-    }
-)
+def resume_checkpoint_path(resume: str | None, run_dir: str | None) -> Path | None:
+    """The checkpoint ``--resume`` names: ``<run-dir>/checkpoints/last.pt`` for ``last``."""
+    if not resume:
+        return None
+    if resume == "last":
+        if not run_dir:
+            raise ValueError("--resume last needs --run-dir: the run whose last checkpoint to load")
+        return Path(run_dir) / "checkpoints" / "last.pt"
+    return Path(resume)
 
 
-def _checkpoint_config(path: str, cls: type) -> dict[str, Any]:
-    """The run settings stored in the checkpoint at ``path`` (``--eval-only``'s defaults),
-    restricted to ``cls``'s fields and without launch settings; ``{}`` when the file cannot
-    be read (the evaluation then names the problem with the checkpoint itself)."""
+def _stored_config(path: str | Path, cls: type) -> dict[str, Any]:
+    """The run settings stored in the checkpoint at ``path``, restricted to ``cls``'s fields
+    and without launch settings; ``{}`` when the file cannot be read (the engine then names
+    the problem with the checkpoint itself, after the flags are checked)."""
     from rlkit.training import checkpoint as ckpt
 
     try:
@@ -313,8 +381,38 @@ def _checkpoint_config(path: str, cls: type) -> dict[str, Any]:
         return {}
     if not isinstance(stored, Mapping):
         return {}
-    names = {f.name for f in dataclasses.fields(cls)} - _LAUNCH_FIELDS
+    names = {f.name for f in dataclasses.fields(cls)} - LAUNCH_FIELDS
     return _as_field_types({k: v for k, v in stored.items() if k in names}, cls)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) or isinstance(b, float):
+        try:
+            return float(a) == float(b)
+        except (TypeError, ValueError):
+            return False
+    return a == b
+
+
+def _refuse_changes(typed: Mapping[str, Any], stored: Mapping[str, Any], path: Path) -> None:
+    """A resume keeps the run's algorithm: a typed value that differs from the stored one is
+    refused unless the setting is in :data:`RESUME_SAFE`."""
+    changed = [
+        name
+        for name, value in typed.items()
+        if name not in RESUME_SAFE and name in stored and not _same(value, stored[name])
+    ]
+    if changed:
+        name = changed[0]
+        flag = "--" + name.replace("_", "-")
+        more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+        raise ValueError(
+            f"{flag} {typed[name]!r} would change the resumed run of {str(path)!r}, which has "
+            f"{stored[name]!r}{more}: a resume keeps the run's settings; drop {flag}, or start "
+            "a new run from its weights with --init-from"
+        )
 
 
 def parse_config(
@@ -326,32 +424,51 @@ def parse_config(
 ):
     """Resolve a config from defaults, env presets, ``--config`` YAML and flags.
 
+    ``--resume`` continues the stored run: its settings come from the checkpoint, and flags
+    typed with it (or a ``--config`` file) may change only :data:`RESUME_SAFE` settings (the
+    budget, evaluation and checkpoint cadence, logging); a different value for any other
+    setting is refused with one line.
+
     With ``--eval-only --init-from PATH`` the settings stored in that checkpoint (its
     networks, ``--env``, ``--eval-env``, ...) come between the presets and ``--config``, so a
-    checkpoint evaluates without retyping the flags of its run; launch settings
-    (``--run-dir``, ``--devices``, ...) are never taken from it.
+    checkpoint evaluates without retyping the flags of its run.
 
-    Unknown flags and invalid values exit with argparse's one-line error. A ValueError from
-    the config's own validation is reported the same way, before anything is built.
+    Launch settings (:data:`LAUNCH_FIELDS`: ``--run-dir``, ``--resume``, ``--devices``, ...)
+    are only ever taken from the command line.
+
+    Unknown flags and invalid values exit with a one-line error (status 2). A ValueError
+    from the config's own validation is reported the same way, before anything is built.
     """
     parser = build_parser(cls, description=description)
     args = vars(parser.parse_args(sys.argv[1:] if argv is None else list(argv)))
     for name, value in args.items():  # "--hidden 64 64" and "--hidden 64,64" alike
         if isinstance(value, list):
             args[name] = tuple(x for part in value for x in part)
-    values: dict[str, Any] = {}
-    if args.get("eval_only") and args.get("init_from"):
-        values.update(_checkpoint_config(args["init_from"], cls))
+    typed: dict[str, Any] = {}
     if args.get("config"):
         try:
-            values.update(_load_yaml(args["config"], cls))
+            typed.update(_load_yaml(args["config"], cls))
         except (OSError, ValueError) as err:
             parser.error(str(err))
-    values.update(args)
-    env = values.get("env", next(f.default for f in dataclasses.fields(cls) if f.name == "env"))
+    typed.update(args)
+    stored: dict[str, Any] = {}
+    if typed.get("resume") and not typed.get("eval_only"):
+        try:
+            path = resume_checkpoint_path(typed["resume"], typed.get("run_dir"))
+        except ValueError as err:
+            parser.error(str(err))
+        stored = _stored_config(path, cls)
+        try:
+            _refuse_changes(typed, stored, path)
+        except ValueError as err:
+            parser.error(str(err))
+    elif typed.get("eval_only") and typed.get("init_from"):
+        stored = _stored_config(typed["init_from"], cls)
+    env_default = next(f.default for f in dataclasses.fields(cls) if f.name == "env")
+    env = typed.get("env", stored.get("env", env_default))
     preset = dict((presets or {}).get(env, {}))
-    # a preset fills only what neither the YAML file nor the command line set
-    resolved = {**preset, **values}
+    # a preset fills only what neither the checkpoint, the YAML file nor the command line set
+    resolved = {**preset, **stored, **typed}
     try:
         return cls(**resolved)
     except (ValueError, TypeError) as err:

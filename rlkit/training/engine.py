@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 import uuid
 import warnings
@@ -41,13 +42,18 @@ from torch import nn
 
 from rlkit import _quiet, _speedups, keys
 from rlkit.training import checkpoint as ckpt
-from rlkit.training.config import TrainConfig, to_dict
+from rlkit.training.config import TrainConfig, resume_checkpoint_path, to_dict
 from rlkit.training.config import save_config as _save_config
-from rlkit.training.runlog import RunLog
+from rlkit.training.runlog import RunLog, check_run_dir, claim_run_dir
 
 
 class NonFiniteError(FloatingPointError):
     """A loss or gradient became NaN or inf; training stopped before any checkpoint."""
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (disk full, permissions); the previous one is
+    intact."""
 
 
 class Learner:
@@ -240,6 +246,9 @@ class Context:
 
 
 def resolve_run_dir(cfg: TrainConfig, algo: str) -> Path:
+    """``--run-dir``, the run of ``--resume PATH``, or a fresh unique name:
+    ``runs/<algo>-<env>-s<seed>-<date>-<time>-<6 random hex digits>`` (unique for runs
+    started in the same second, on one machine or several)."""
     if cfg.run_dir:
         return Path(cfg.run_dir)
     if cfg.resume and cfg.resume != "last":
@@ -247,17 +256,7 @@ def resolve_run_dir(cfg: TrainConfig, algo: str) -> Path:
         return Path(cfg.resume).resolve().parent.parent
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     env = cfg.env.replace("/", "-")  # namespaced ids such as rlkit/MountainCarSparse-v0
-    return Path("runs") / f"{algo}-{env}-s{cfg.seed}-{stamp}"
-
-
-def _checkpoint_path(cfg: TrainConfig, run_dir: Path) -> Path | None:
-    if not cfg.resume:
-        return None
-    if cfg.resume == "last":
-        if not cfg.run_dir:
-            raise ValueError("--resume last needs --run-dir: the run whose last checkpoint to load")
-        return run_dir / "checkpoints" / "last.pt"
-    return Path(cfg.resume)
+    return Path("runs") / f"{algo}-{env}-s{cfg.seed}-{stamp}-{uuid.uuid4().hex[:6]}"
 
 
 def make_fabric(cfg: TrainConfig):
@@ -292,10 +291,15 @@ def _episode_stats(batch: TensorDictBase) -> tuple[list[float], list[float]]:
     return returns, lengths
 
 
-def _payload(cfg, learner: Learner, counters: Counters, *, extra_modules=None) -> dict[str, Any]:
+def _payload(
+    cfg, learner: Learner, counters: Counters, *, extra_modules=None, generator=None
+) -> dict[str, Any]:
     modules = dict(learner.modules())
     if extra_modules:
         modules |= extra_modules
+    rng = ckpt.rng_state()
+    if generator is not None:  # the update's minibatch permutations (Context.generator)
+        rng["generator"] = generator.get_state()
     return {
         "format": ckpt.FORMAT,
         "algo": learner.algo,
@@ -304,7 +308,7 @@ def _payload(cfg, learner: Learner, counters: Counters, *, extra_modules=None) -
         "optimizers": {k: o.state_dict() for k, o in learner.optimizers().items()},
         "learner": learner.state_dict(),
         "counters": counters.state_dict(),
-        "rng": ckpt.rng_state(),
+        "rng": rng,
         "config": to_dict(cfg),
     }
 
@@ -314,8 +318,9 @@ def _load_modules(payload: Mapping[str, Any], path: Path, modules: Mapping[str, 
         if name not in payload["modules"]:
             raise ckpt.CheckpointError(
                 f"checkpoint {str(path)!r} has no module {name!r}: it was written by another "
-                "version or configuration of this recipe; pass the run's own settings with "
-                "--config <run-dir>/config.yaml"
+                "version or configuration of this recipe (its settings come from the "
+                "checkpoint; a flag typed now may ask for a network it never had): drop the "
+                "network flags or start a new run"
             )
         ckpt.load_module_state(module, payload["modules"][name], name=name, path=path)
 
@@ -392,7 +397,7 @@ def _evaluate_only(fabric, cfg: TrainConfig, learner: Learner, env, run_dir: Pat
     (deterministic unless ``--eval-deterministic false``) on ``--eval-env`` (or ``--env``),
     ``evaluation.json`` (+ ``eval.gif``), no training."""
     from rlkit.envs import check_same_spaces
-    from rlkit.training.evaluation import Evaluator, record_gif
+    from rlkit.training.evaluation import Evaluator
 
     path = Path(cfg.init_from)
     payload = ckpt.load(path)
@@ -423,20 +428,56 @@ def _evaluate_only(fabric, cfg: TrainConfig, learner: Learner, env, run_dir: Pat
         "returns": returns,
     }
     run_dir.mkdir(parents=True, exist_ok=True)
-    if cfg.video:
-        record_gif(
-            env_id,
-            learner.eval_policy(),
-            run_dir / "eval.gif",
-            deterministic=cfg.eval_deterministic,
-        )
     (run_dir / "evaluation.json").write_text(json.dumps(result, indent=2) + "\n")
+    if cfg.video:
+        _try_video(env_id, learner, run_dir, cfg.eval_deterministic, print_fn=_stderr)
     print(
         f"{learner.algo} policy of {str(path)!r} ({result['trained_frames']:,} frames) on "
         f"{env_id}: return {mean:.2f} +- {std:.2f} over {len(returns)} {mode} episodes "
         f"-> {run_dir / 'evaluation.json'}"
     )
     return result
+
+
+def _stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _try_video(env_id: str, learner: Learner, run_dir: Path, deterministic: bool, print_fn):
+    """``eval.gif`` of one evaluation episode; an optional extra, so a failure warns in one
+    line and the run keeps its results."""
+    from rlkit.training.evaluation import record_gif
+
+    try:
+        record_gif(env_id, learner.eval_policy(), run_dir / "eval.gif", deterministic=deterministic)
+    except Exception as err:
+        text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        print_fn(f"warning: could not record eval.gif ({type(err).__name__}: {text})")
+
+
+def _agree(fabric, shared, check: Callable[[], Any]):
+    """Run ``check`` on rank 0 and make every rank agree on its outcome.
+
+    Rank 0's ``shared`` value (the run directory, the save token) reaches every rank; a
+    ``ValueError`` of ``check`` is raised on every rank, so no rank is left waiting in a
+    collective for one that stopped. Returns ``(shared, result of check)`` flattened as
+    ``shared`` when ``shared`` is not None (rank 0's result is only returned on rank 0).
+    """
+    refusal, result = "", None
+    if fabric.global_rank == 0:
+        try:
+            result = check()
+        except ValueError as err:
+            refusal = str(err)
+    if fabric.world_size > 1:
+        payload = (tuple(str(x) for x in shared) if shared is not None else None, refusal)
+        payload = fabric.broadcast(payload, src=0)
+        refusal = payload[1]
+        if shared is not None:
+            shared = (Path(payload[0][0]), payload[0][1])
+    if refusal:
+        raise ValueError(refusal)
+    return shared if shared is not None else result
 
 
 # --------------------------------------------------------------------------- the loop
@@ -482,44 +523,100 @@ class Engine:
         cfg, rank = self.cfg, fabric.global_rank
         torch.set_num_threads(cfg.threads)
         run_dir = resolve_run_dir(cfg, self.algo)
-        resume_path = _checkpoint_path(cfg, run_dir)
+        resume_path = resume_checkpoint_path(cfg.resume, cfg.run_dir)
+        new_run = resume_path is None and not cfg.eval_only
         save_token = uuid.uuid4().hex  # names this run's checkpoint saves (see _resume_rank)
-        if fabric.world_size > 1:
-            run_dir, save_token = fabric.broadcast((str(run_dir), save_token), src=0)
-            run_dir = Path(run_dir)
+        # 1. checks that write nothing: the run directory
+        run_dir, save_token = _agree(
+            fabric,
+            (run_dir, save_token),
+            lambda: check_run_dir(run_dir, new_run=new_run, overwrite=cfg.overwrite),
+        )
 
+        # 2. env, learner, evaluator and checkpoint: every refusal the flags and the env's
+        # spaces decide happens here, before anything is written
         fabric.seed_everything(cfg.seed, verbose=False)  # identical networks on every rank
         env = make_env(
             cfg.env, num_envs=cfg.num_envs, seed=cfg.seed + 1000 * rank, **cfg.env_options()
         )
-        # statistics that live in the env (reward scaling) are checkpointed with the learner;
-        # on several ranks each keeps its own, in its own file (rank_checkpoint_path)
-        reward_norm = get_reward_norm(env)
-        env_modules = {"reward_norm": reward_norm} if reward_norm is not None else {}
-        learner = self.build(cfg, env)
-        modules = learner.modules()
-        for m in modules.values():
-            m.to(fabric.device)
-        for optimizer in learner.optimizers().values():
-            _speedups.skip_cpu_graph_capture_check(optimizer)
-        _broadcast_parameters(fabric, modules)
-
-        counters = Counters()
-        if resume_path is not None:
-            payload = _resume_rank(fabric, resume_path, learner, counters, env_modules)
-            if payload is not None:
-                ckpt.set_rng_state(payload["rng"])
-            else:
-                torch.manual_seed(cfg.seed + 1000 * rank + counters.frames)
-        elif cfg.eval_only:
-            try:
-                return _evaluate_only(fabric, cfg, learner, env, run_dir)
-            finally:
-                env.close()
-        elif cfg.init_from:
-            _warm_start(Path(cfg.init_from), learner)
+        try:
+            # statistics that live in the env (reward scaling) are checkpointed with the
+            # learner; on several ranks each keeps its own, in its own file
+            # (rank_checkpoint_path)
+            reward_norm = get_reward_norm(env)
+            env_modules = {"reward_norm": reward_norm} if reward_norm is not None else {}
+            learner = self.build(cfg, env)
+            modules = learner.modules()
+            for m in modules.values():
+                m.to(fabric.device)
+            for optimizer in learner.optimizers().values():
+                _speedups.skip_cpu_graph_capture_check(optimizer)
             _broadcast_parameters(fabric, modules)
+            if cfg.eval_only:
+                try:
+                    return _evaluate_only(fabric, cfg, learner, env, run_dir)
+                finally:
+                    env.close()
+            evaluator = Evaluator(
+                cfg.eval_env or cfg.env,
+                episodes=cfg.eval_episodes,
+                device=fabric.device,
+                deterministic=cfg.eval_deterministic,
+            )
+            if cfg.eval_env:
+                check_same_spaces(env, evaluator.env, train_id=cfg.env, eval_id=cfg.eval_env)
+            counters = Counters()
+            payload = None
+            if resume_path is not None:
+                payload = _resume_rank(fabric, resume_path, learner, counters, env_modules)
+            elif cfg.init_from:
+                _warm_start(Path(cfg.init_from), learner)
+                _broadcast_parameters(fabric, modules)
+        except BaseException:
+            env.close()
+            raise
 
+        # 3. the run directory: created (old run moved aside with --overwrite) and locked
+        try:
+            lock = _agree(
+                fabric,
+                None,
+                lambda: claim_run_dir(run_dir, new_run=new_run, overwrite=cfg.overwrite),
+            )
+        except ValueError:
+            env.close()
+            raise
+        try:
+            return self._train(
+                fabric,
+                run_dir,
+                resume_path,
+                payload,
+                save_token,
+                env,
+                env_modules,
+                learner,
+                evaluator,
+                counters,
+            )
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _train(
+        self,
+        fabric,
+        run_dir,
+        resume_path,
+        payload,
+        save_token,
+        env,
+        env_modules,
+        learner,
+        evaluator,
+        counters,
+    ) -> dict[str, Any]:
+        cfg, rank = self.cfg, fabric.global_rank
         log = RunLog(
             run_dir,
             total_frames=cfg.total_frames,
@@ -529,14 +626,6 @@ class Engine:
         )
         if rank == 0:
             _save_config(cfg, run_dir / "config.yaml")
-        evaluator = Evaluator(
-            cfg.eval_env or cfg.env,
-            episodes=cfg.eval_episodes,
-            device=fabric.device,
-            deterministic=cfg.eval_deterministic,
-        )
-        if cfg.eval_env:
-            check_same_spaces(env, evaluator.env, train_id=cfg.env, eval_id=cfg.eval_env)
         scored = f", evaluated on {cfg.eval_env}" if cfg.eval_env else ""
         start = f"resumed at {counters.frames:,} of " if resume_path is not None else ""
         log.progress.message(
@@ -544,10 +633,26 @@ class Engine:
             f"{cfg.seed}, {fabric.world_size} process(es), run dir {run_dir}"
         )
         ctx = Context(fabric, cfg.total_frames, counters)
-        ctx.generator.manual_seed(cfg.seed + 1000 * rank + counters.frames)
-        collector = self.make_collector(env, learner, fabric.device)
+        try:
+            collector = self.make_collector(env, learner, fabric.device)
+        except BaseException:
+            env.close()
+            raise
+        # random streams last, after everything built: the run goes on with the streams it
+        # had when the checkpoint was written
+        if payload is not None:  # this rank's own state
+            ckpt.set_rng_state(payload["rng"])
+            if "generator" in payload["rng"]:
+                ctx.generator.set_state(payload["rng"]["generator"])
+            else:  # checkpoints written before the generator was saved
+                ctx.generator.manual_seed(cfg.seed + 1000 * rank + counters.frames)
+        else:
+            if resume_path is not None:  # rank 0's copy: a stream of this rank's own
+                torch.manual_seed(cfg.seed + 1000 * rank + counters.frames)
+            ctx.generator.manual_seed(cfg.seed + 1000 * rank + counters.frames)
         state = _LoopState(fabric, cfg, learner, counters, log, evaluator, run_dir, save_token)
         state.extra_modules = env_modules
+        state.generator = ctx.generator
         try:
             self._loop(state, ctx, collector)
         except NonFiniteError as err:
@@ -612,6 +717,7 @@ class _LoopState:
         self.fabric, self.cfg, self.learner = fabric, cfg, learner
         self.counters, self.log, self.evaluator, self.run_dir = counters, log, evaluator, run_dir
         self.extra_modules: dict[str, nn.Module] = {}
+        self.generator: torch.Generator | None = None  # Context.generator, checkpointed
         self.save_token = save_token  # the same on every rank (broadcast by rank 0)
         self.recent_returns: list[float] = []
         self.last_eval: tuple[float, float] | None = None
@@ -684,7 +790,13 @@ class _LoopState:
         modules = self.learner.modules()
         if not ckpt.all_finite(modules):
             raise NonFiniteError(f"non-finite parameters at {self.counters.frames:,} frames")
-        payload = _payload(self.cfg, self.learner, self.counters, extra_modules=self.extra_modules)
+        payload = _payload(
+            self.cfg,
+            self.learner,
+            self.counters,
+            extra_modules=self.extra_modules,
+            generator=self.generator,
+        )
         payload["world_size"] = self.fabric.world_size
         # the same id in every rank's file of this save: a resume pairs rank files by it
         payload["save_id"] = f"{self.save_token}:{self.counters.frames}"
@@ -694,7 +806,16 @@ class _LoopState:
         if snapshot:
             paths.append(folder / f"frames_{self.counters.frames:012d}.pt")
         for path in paths:
-            ckpt.atomic_save(payload, rank_checkpoint_path(path, rank))
+            target = rank_checkpoint_path(path, rank)
+            try:
+                ckpt.atomic_save(payload, target)
+            except OSError as err:
+                reason = err.strerror or str(err) or type(err).__name__
+                raise CheckpointWriteError(
+                    f"could not write checkpoint {str(target)!r} ({reason}) at "
+                    f"{self.counters.frames:,} frames; the previous checkpoint is intact: free "
+                    f"space and continue with --resume last --run-dir {self.run_dir}"
+                ) from None
 
     def rank_param_max_diff(self) -> float:
         """Largest difference of any parameter between ranks (0.0 when they agree)."""
@@ -712,20 +833,12 @@ class _LoopState:
         return float((high - low).abs().max())
 
     def finish(self) -> dict[str, Any]:
+        """Final evaluation, checkpoint and results (summary.json, curve.png), then the
+        optional extras (video), each of which warns in one line when it fails."""
         c, cfg = self.counters, self.cfg
         if self.last_eval is None or c.last_eval_frames != c.frames:
             self.evaluate()
         self.maybe_checkpoint(force=True)
-        if self.is_zero and cfg.video:
-            from rlkit.training.evaluation import record_gif
-
-            env_id = cfg.eval_env or cfg.env
-            record_gif(
-                env_id,
-                self.learner.eval_policy(),
-                self.run_dir / "eval.gif",
-                deterministic=cfg.eval_deterministic,
-            )
         mean, std = self.last_eval or (math.nan, math.nan)
         summary = {
             "algo": self.learner.algo,
@@ -746,6 +859,20 @@ class _LoopState:
             "config": to_dict(cfg),
         }
         self.log.finish(summary)
+        if self.is_zero and cfg.video:
+            env_id = cfg.eval_env or cfg.env
+            _try_video(
+                env_id,
+                self.learner,
+                self.run_dir,
+                cfg.eval_deterministic,
+                print_fn=self.log.progress.message,
+            )
+        solved = f", target reached at {c.solved_frames:,} frames" if summary["solved"] else ""
+        self.log.progress.message(
+            f"done: {c.frames:,} frames in {c.train_seconds:.1f} s ({summary['fps']:,.0f} "
+            f"frames/s), eval return {mean:.1f} +- {std:.1f}{solved}; results in {self.run_dir}"
+        )
         return summary
 
 
@@ -760,7 +887,14 @@ def run(cfg: TrainConfig, build: Callable[[Any, Any], Learner], *, algo: str, **
 
 
 #: Errors that mean "the user asked for something impossible": the CLI prints them as one line.
-USER_ERRORS = (ValueError, TypeError, KeyError, FileNotFoundError, ckpt.CheckpointError)
+USER_ERRORS = (
+    ValueError,
+    TypeError,
+    KeyError,
+    FileNotFoundError,
+    ckpt.CheckpointError,
+    CheckpointWriteError,
+)
 
 
 def cli(main: Callable[[list[str] | None], Any]) -> None:

@@ -116,12 +116,23 @@ def record_gif(
     """Render one evaluation episode to an animated GIF (frames from ``rgb_array``), played
     as :class:`Evaluator` plays it: the policy's mode, or (``deterministic=False``) actions
     sampled from a generator seeded with :data:`EVAL_SEED`, apart from training's stream."""
+    import os
+
     import gymnasium as gym
     from PIL import Image
 
+    # off-screen rendering: without a display SDL (through pygame) would print
+    # "error: XDG_RUNTIME_DIR is invalid or not set" on every run
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    import rlkit.envs  # noqa: F401  (registers the rlkit/ namespaced ids)
+
     env = gym.make(env_id, render_mode="rgb_array")
     obs, _ = env.reset(seed=EVAL_SEED)
-    device = next(iter(policy.parameters())).device
+    # a policy may hold no parameters of its own (a tanh-squashed head around a network
+    # registered elsewhere): then its buffers, else the CPU
+    tensors = [*policy.parameters(), *policy.buffers()]
+    device = tensors[0].device if tensors else torch.device("cpu")
     frames = []
     with evaluation_mode(deterministic, device):
         for _ in range(max_frames):

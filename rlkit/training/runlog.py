@@ -10,6 +10,11 @@ Layout of ``<run-dir>``::
     curve.png        learning curve (evaluation and training episode returns vs frames)
     summary.json     final figures of the run
     eval.gif         an evaluation episode (with --video)
+    .lock            held by the live process of the run (see :class:`RunDirLock`)
+
+A run owns its directory: a new run refuses a directory that holds another run's files
+(:func:`check_run_dir`), ``--overwrite`` moves the old run aside first, and a live run
+holds ``.lock`` so that a second process on the same directory is refused.
 
 Only rank 0 writes. Lightning's ``CSVLogger`` deletes an existing ``metrics.csv`` when it is
 constructed, which would lose a resumed run's history, so the CSV is appended here; rows
@@ -21,11 +26,140 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
+import socket
 import sys
 import time
 from collections.abc import Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+#: Files whose presence marks a directory as holding a run.
+RUN_FILES = ("config.yaml", "metrics.csv", "eval.csv", "summary.json", "checkpoints")
+
+
+def holds_run(run_dir: Path) -> bool:
+    """True when ``run_dir`` holds another run's files."""
+    return run_dir.is_dir() and any((run_dir / name).exists() for name in RUN_FILES)
+
+
+def _lock_owner(path: Path) -> str:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return "another process"
+    return f"process {text}" if text else "another process"
+
+
+def check_run_dir(
+    run_dir: Path, *, new_run: bool, overwrite: bool = False, check_lock: bool = True
+) -> None:
+    """Refuse a run directory this run cannot own, before anything is written.
+
+    Raises ``ValueError`` with one line naming the problem and the fix when ``run_dir`` is a
+    file, is not writable, is in use by a live run, or (for a new run, unless ``overwrite``)
+    already holds another run's files.
+    """
+    flag = f"--run-dir {str(run_dir)!r}"
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"{flag} is a file, not a directory: pass a directory path")
+    ancestor = run_dir
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ValueError(f"{flag}: {str(ancestor)!r} is a file, not a directory; pick another path")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ValueError(
+            f"{flag} is not writable (no write permission on {str(ancestor)!r}): pick a "
+            "directory you can write to"
+        )
+    lock = run_dir / RunDirLock.NAME
+    if check_lock and lock.is_file() and RunDirLock.held(lock):
+        raise ValueError(
+            f"{flag} is in use by a live run ({_lock_owner(lock)}): wait for it to end or "
+            "pick another --run-dir"
+        )
+    if new_run and holds_run(run_dir) and not overwrite:
+        raise ValueError(
+            f"{flag} already holds a run: continue it with --resume last {flag}, pick a "
+            "fresh --run-dir, or pass --overwrite to move the old run aside and start anew"
+        )
+
+
+class RunDirLock:
+    """An advisory ``flock`` on ``<run-dir>/.lock`` held while a run lives.
+
+    The kernel releases it when the process ends, however it ends (SIGKILL included), so a
+    lock left by a killed run never blocks a resume; the file's text (pid and host) only
+    names the holder in the refusal.
+    """
+
+    NAME = ".lock"
+
+    def __init__(self, run_dir: Path) -> None:
+        import fcntl
+
+        self.path = run_dir / self.NAME
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self.fd)
+            self.fd = None
+            raise ValueError(
+                f"--run-dir {str(run_dir)!r} is in use by a live run ({_lock_owner(self.path)}): "
+                "wait for it to end or pick another --run-dir"
+            ) from None
+        os.ftruncate(self.fd, 0)
+        os.write(self.fd, f"{os.getpid()} on {socket.gethostname()}\n".encode())
+
+    @staticmethod
+    def held(path: Path) -> bool:
+        """True when a live process holds the lock file at ``path``."""
+        import fcntl
+
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the descriptor releases the flock
+            self.fd = None
+
+
+def claim_run_dir(run_dir: Path, *, new_run: bool, overwrite: bool = False) -> RunDirLock:
+    """Create ``run_dir`` (moving an old run aside first with ``overwrite``) and lock it.
+
+    Checks again under the lock, so two processes started on the same directory at once
+    cannot both write into it.
+    """
+    if overwrite and holds_run(run_dir):
+        RunDirLock(run_dir).release()  # refuses a directory a live run holds
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        aside = run_dir.with_name(f"{run_dir.name}.old-{stamp}")
+        n = 1
+        while aside.exists():
+            aside, n = run_dir.with_name(f"{run_dir.name}.old-{stamp}-{n}"), n + 1
+        run_dir.rename(aside)
+        print(f"--overwrite: moved the old run to {aside}", file=sys.stderr, flush=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = RunDirLock(run_dir)
+    try:
+        check_run_dir(run_dir, new_run=new_run, check_lock=False)
+    except ValueError:
+        lock.release()
+        raise
+    return lock
 
 
 class CsvLog:
@@ -81,11 +215,16 @@ def _tensorboard(run_dir: Path):
 
 
 class Progress:
-    """A one-line progress display: a live bar on a terminal, periodic lines otherwise."""
+    """A one-line progress display: a live bar on a terminal, periodic lines otherwise.
 
-    def __init__(self, total: int, *, enabled: bool, start: int = 0) -> None:
-        self.total, self.enabled = total, enabled
-        self.tty = enabled and sys.stderr.isatty()
+    ``enabled=False`` (ranks other than 0) prints nothing; ``bar=False`` (``--progress
+    false``) drops the bar and the periodic lines but keeps :meth:`message` (the run
+    directory, evaluations, the result).
+    """
+
+    def __init__(self, total: int, *, enabled: bool, start: int = 0, bar: bool = True) -> None:
+        self.total, self.enabled, self.show_progress = total, enabled, enabled and bar
+        self.tty = self.show_progress and sys.stderr.isatty()
         self.last_print = 0.0
         self.bar = None
         if self.tty:
@@ -94,7 +233,7 @@ class Progress:
             self.bar = tqdm(total=total, initial=start, unit="frames", unit_scale=True, leave=True)
 
     def update(self, frames: int, fields: Mapping[str, str]) -> None:
-        if not self.enabled:
+        if not self.show_progress:
             return
         if self.bar is not None:
             self.bar.n = min(frames, self.total)
@@ -134,7 +273,7 @@ class RunLog:
     ) -> None:
         self.run_dir, self.enabled = run_dir, enabled
         self.progress = Progress(
-            total_frames, enabled=enabled and progress, start=resume_frames or 0
+            total_frames, enabled=enabled, bar=progress, start=resume_frames or 0
         )
         if not enabled:
             return
@@ -164,13 +303,15 @@ class RunLog:
         )
 
     def finish(self, summary: Mapping[str, Any]) -> None:
+        """Results first: ``summary.json`` and ``curve.png``, then the TensorBoard flush (a
+        failing extra warns in one line and the results stay)."""
         self.progress.close()
         if not self.enabled:
             return
-        if self.tb is not None:
-            self.tb.finalize("success")
         path = self.run_dir / "summary.json"
-        path.write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        tmp.replace(path)
         try:
             plot_curve(
                 self.run_dir,
@@ -178,7 +319,17 @@ class RunLog:
                 deterministic=summary.get("config", {}).get("eval_deterministic", True),
             )
         except Exception as err:  # a missing plot must never fail a finished run
-            self.progress.message(f"could not draw curve.png: {err}")
+            self.progress.message(f"warning: could not draw curve.png: {_first_line(err)}")
+        if self.tb is not None:
+            try:
+                self.tb.finalize("success")
+            except Exception as err:
+                self.progress.message(f"warning: TensorBoard flush failed: {_first_line(err)}")
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 def _clean(v: Any) -> Any:
