@@ -347,6 +347,49 @@ def test_ddp_resume_gives_each_rank_its_own_replay_buffer(tmp_path):
 
 
 @pytest.mark.slow
+def test_ddp_run_killed_at_a_random_point_resumes_without_losing_or_repeating_frames(tmp_path):
+    """Two ranks with per-rank state (reward scaling), SIGKILL to the whole process group at a
+    random moment after the first checkpoint, then ``--resume last`` with only the launch
+    flags: the budget is reached, every frame count is logged once, each rank restores its
+    own file (no fallback warning), and the ranks end with identical parameters."""
+    import random
+
+    run_dir = tmp_path / "ddp"
+    ddp = ["--accelerator", "cpu", "--devices", "2", "--strategy", "ddp"]
+    flags = ["--normalize-reward", "true", "--eval-every", "4096", "--eval-episodes", "2"]
+    flags += ["--total-frames", "20480", "--checkpoint-every", "2048", "--progress", "false"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [PYTHON, "recipes/ppo.py", *ddp, *flags, "--run-dir", str(run_dir)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # rank 0 and the rank it launched share the group
+    )
+    last = run_dir / "checkpoints" / "last.pt"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not last.exists():
+        time.sleep(0.1)
+    time.sleep(random.Random().uniform(0.0, 3.0))  # a random moment after the first save
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed_at = ckpt.load(last)["counters"]["frames"]
+    assert 0 < killed_at < 20480, killed_at
+    resumed = _run(["recipes/ppo.py", *ddp, "--resume", "last", "--run-dir", str(run_dir)])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "does not match" not in resumed.stderr  # each rank had its own file of that save
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["frames"] == 20480 and summary["rank_param_max_diff"] == 0.0
+    assert summary["config"]["normalize_reward"] is True  # the stored run's settings
+    rows = (run_dir / "metrics.csv").read_text().splitlines()
+    frames = [int(r.split(",")[0]) for r in rows[1:]]
+    assert frames == list(range(512, 20480 + 1, 512)), "a batch lost or logged twice"
+    evals = [int(r.split(",")[0]) for r in (run_dir / "eval.csv").read_text().splitlines()[1:]]
+    assert evals == [4096, 8192, 12288, 16384, 20480]
+
+
+@pytest.mark.slow
 def test_ddp_resume_from_a_bad_checkpoint_fails_on_every_rank_without_hanging(tmp_path):
     bad = tmp_path / "bad.pt"
     bad.write_bytes(b"not a checkpoint")

@@ -222,9 +222,12 @@ class OffPolicyLearner(Learner):
         }
         if self.cfg.save_buffer and self.replay is not None:
             state["buffer"] = self.replay.state_dict()
-            if self.nstep_tail is not None:
-                tail = self.nstep_tail
-                state["nstep_tail"] = {"shape": list(tail.shape), "rows": tail.to_dict()}
+        elif self.cfg.save_buffer and self._pending_buffer is not None:
+            # resumed and saved again before the first update built the buffer: keep it
+            state["buffer"] = self._pending_buffer
+        if self.cfg.save_buffer and self.nstep_tail is not None:
+            tail = self.nstep_tail
+            state["nstep_tail"] = {"shape": list(tail.shape), "rows": tail.to_dict()}
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
