@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -233,60 +234,62 @@ def test_quiet_run_prints_its_directory_evaluations_and_result(tmp_path):
     assert (run_dir / "eval.gif").is_file()
 
 
-# --------------------------------------------------------------------------- videos
+# --------------------------------------------------------------------------- every recipe
 
-#: the smallest budget that runs each recipe's update at least once
-VIDEO_FLAGS = {
-    "ppo": [*TINY, "--total-frames", "64"],
-    "a2c": ["--num-envs", "2", "--rollout-steps", "8", "--total-frames", "16"],
-    "ppg": [
-        "--num-envs",
-        "2",
-        "--rollout-steps",
-        "16",
-        "--minibatch-size",
-        "16",
-        "--total-frames",
-        "32",
-    ],
-    "impala": ["--total-frames", "256"],
-    "appo": ["--total-frames", "256"],
-    "dqn": ["--total-frames", "256", "--learning-starts", "64"],
-    "sac": ["--total-frames", "128", "--learning-starts", "64"],
-    "daac": [
-        "--num-envs",
-        "2",
-        "--rollout-steps",
-        "16",
-        "--minibatch-size",
-        "16",
-        "--total-frames",
-        "32",
-    ],
-    "svpg": ["--total-frames", "256", "--eval-episodes", "4"],
-    "rnd": [
-        "--num-envs",
-        "2",
-        "--rollout-steps",
-        "16",
-        "--minibatch-size",
-        "16",
-        "--total-frames",
-        "32",
-    ],
+#: per recipe: small flags and the frames of one batch (or a few), so two of them are a run
+RECIPES = {
+    "ppo": (TINY, 64),
+    "a2c": (["--num-envs", "2", "--rollout-steps", "8"], 16),
+    "ppg": (["--num-envs", "2", "--rollout-steps", "16", "--minibatch-size", "16"], 32),
+    "impala": ([], 256),
+    "appo": ([], 256),
+    "dqn": (["--learning-starts", "64"], 256),
+    "sac": (["--learning-starts", "32"], 64),
+    "daac": (["--num-envs", "2", "--rollout-steps", "16", "--minibatch-size", "16"], 32),
+    "svpg": (["--eval-episodes", "4"], 160),
+    "rnd": (["--num-envs", "2", "--rollout-steps", "16", "--minibatch-size", "16"], 32),
 }
 
 
-@pytest.mark.parametrize("algo", sorted(VIDEO_FLAGS))
-def test_every_recipe_writes_a_video_and_its_results(algo, tmp_path):
+@pytest.mark.parametrize("algo", sorted(RECIPES))
+def test_every_recipe_resumes_its_stored_run_and_writes_a_video(algo, tmp_path):
+    """Each recipe: a run of two checkpoint periods "killed" after the first (its last.pt the
+    first snapshot), resumed with ``--resume last --run-dir`` and ``--video`` only: the stored
+    settings come back, the budget is reached, each evaluation is logged once, and the video
+    and the results are written."""
+    recipe = load(algo)
+    flags, every = RECIPES[algo]
     run_dir = tmp_path / algo
-    summary = load(algo).main(
-        [*QUIET, *VIDEO_FLAGS[algo], "--eval-every", "0", "--video", "--run-dir", str(run_dir)]
+    first = recipe.main(
+        [*QUIET, *flags, "--seed", "3", "--total-frames", str(2 * every)]
+        + ["--eval-every", str(every), "--checkpoint-every", str(every), "--run-dir", str(run_dir)]
     )
-    assert summary["frames"] > 0
+    folder = run_dir / "checkpoints"
+    snapshots = sorted(folder.glob("frames_*.pt"))
+    shutil.copy(snapshots[0], folder / "last.pt")
+    for later in snapshots[1:]:
+        later.unlink()
+    evals_before = _eval_frames(run_dir)
+    resumed = recipe.main(["--resume", "last", "--run-dir", str(run_dir), "--video"])
+    assert _same_settings(resumed["config"], first["config"])
+    assert resumed["config"]["seed"] == 3 and resumed["config"]["total_frames"] == 2 * every
+    assert resumed["frames"] == first["frames"]
+    assert _eval_frames(run_dir) == evals_before  # each evaluation once, at the same frames
     for name in ("summary.json", "eval.csv", "curve.png", "eval.gif"):
         assert (run_dir / name).is_file(), name
     assert (run_dir / "eval.gif").read_bytes()[:6] in (b"GIF87a", b"GIF89a")
+
+
+def _eval_frames(run_dir: Path) -> list[int]:
+    rows = (run_dir / "eval.csv").read_text().splitlines()[1:]
+    return [int(float(r.split(",")[0])) for r in rows]
+
+
+def _same_settings(a: dict, b: dict) -> bool:
+    launch = {"resume", "video", "progress", "run_dir", "config"}
+    return {k: v for k, v in a.items() if k not in launch} == {
+        k: v for k, v in b.items() if k not in launch
+    }
 
 
 def test_sac_continuous_video_and_eval_only_video(tmp_path):
