@@ -171,11 +171,12 @@ TORCHRL_KEY_ALIASES: dict[str, str] = {
 _ESTIMATOR_NAMES = ("reward", "done", "terminated", "steps_to_next_obs")
 
 
-def resolve_key_names(owner: str, accepted, names: dict) -> dict:
+def resolve_key_names(owner: str, accepted, names: dict, *, reads_env_keys: bool = True) -> dict:
     """Translate ``set_keys(**names)`` to the names in ``accepted`` (TorchRL aliases allowed).
 
     Raises a one-line ``ValueError`` for a name that is neither accepted nor an alias of an
-    accepted name, and for two names of the same key.
+    accepted name, and for two names of the same key. ``reads_env_keys=False`` (a loss that
+    reads no reward or done flags) adds a pointer to the value estimator for those names.
 
     Example:
         >>> resolve_key_names("PPOLoss", ["action_log_prob", "state_value"],
@@ -188,7 +189,7 @@ def resolve_key_names(owner: str, accepted, names: dict) -> dict:
     for name, key in names.items():
         target = name if name in accepted else TORCHRL_KEY_ALIASES.get(name)
         if target not in accepted:
-            raise ValueError(_unknown_name(owner, name, accepted))
+            raise ValueError(_unknown_name(owner, name, accepted, reads_env_keys))
         if target in given:
             raise ValueError(
                 f"{owner}.set_keys: {given[target]!r} and {name!r} name the same key "
@@ -199,13 +200,13 @@ def resolve_key_names(owner: str, accepted, names: dict) -> dict:
     return out
 
 
-def _unknown_name(owner: str, name: str, accepted: list[str]) -> str:
+def _unknown_name(owner: str, name: str, accepted: list[str], reads_env_keys: bool) -> str:
     def shown(n: str) -> str:
         alias = [a for a, t in TORCHRL_KEY_ALIASES.items() if t == n]
         return f"{n} (or {', '.join(alias)})" if alias else n
 
     listed = ", ".join(shown(n) for n in accepted)
     hint = ""
-    if name in _ESTIMATOR_NAMES:
+    if name in _ESTIMATOR_NAMES and not reads_env_keys:
         hint = f"; {owner} does not read it: rename it on the value estimator (estimator.set_keys)"
     return f"{owner}.set_keys: unknown key name {name!r}{hint}; accepted: {listed}."

@@ -543,9 +543,9 @@ def test_target_rejects_non_module_source():
 def test_docstring_examples_run():
     import doctest
 
-    from rlkit.modules import actors, critics, networks, target
+    from rlkit.modules import actors, compat, critics, networks, target
 
-    for mod in (networks, actors, critics, target):
+    for mod in (networks, actors, critics, target, compat):
         result = doctest.testmod(mod, extraglobs={"torch": torch, "nn": nn}, verbose=False)
         assert result.failed == 0, f"{mod.__name__}: {result.failed} doctest(s) failed"
         assert result.attempted > 0, mod.__name__

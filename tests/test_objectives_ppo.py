@@ -527,14 +527,18 @@ def test_scheduled_assignment_is_validated_and_takes_effect():
     assert loss.clip_epsilon == 0.05
 
 
-def test_networks_are_checked_at_construction():
+def test_networks_are_checked_at_construction_and_the_value_key_on_first_use():
     actor, _ = categorical_actor()
     critic, _ = make_critic()
     with pytest.raises(TypeError, match="actor must be an nn.Module with get_dist"):
         PPOLoss(nn.Linear(3, 2), critic)
     wrong = TensorDictModule(nn.Linear(OBS, 1), in_keys=[keys.OBSERVATION], out_keys=["v"])
+    loss = PPOLoss(actor, wrong)  # a TorchRL user renames after construction: set_keys(value=)
+    td = collect(actor)
     with pytest.raises(TypeError, match=r"critic writes \['v'\].*out_keys=\[keys.STATE_VALUE\]"):
-        PPOLoss(actor, wrong)
+        loss(td)
+    loss.set_keys(value="v")
+    assert torch.isfinite(loss(td)["loss_value"])
 
 
 def test_set_keys_renames_inputs_and_value_estimation_is_refused():

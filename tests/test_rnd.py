@@ -205,7 +205,7 @@ def test_loss_bad_input_errors():
         RNDPPOLoss(actor, critic, ext_coef=0.0, int_coef=0.0)
     single = TensorDictModule(nn.Linear(3, 1), [keys.OBSERVATION], [keys.STATE_VALUE])
     with pytest.raises(TypeError, match="twin critic"):
-        RNDPPOLoss(actor, single)
+        RNDPPOLoss(actor, single)(_loss_batch(actor))  # checked on first use
     td = _loss_batch(actor)
     del td[keys.INTRINSIC_ADVANTAGE]
     with pytest.raises(MissingKeyError, match="intrinsic_advantage.*TwinGAE"):

@@ -291,7 +291,7 @@ def check_env_compat(actor: nn.Module, env: Any, *, action_key: NestedKey = keys
         ...     check_env_compat(categorical_actor(4, 2), env)
         ... except ActionSpecMismatchError as err:
         ...     print(str(err)[:76])
-        the actor (ProbabilisticActor) writes index actions (int64, shape [*]) but t
+        the actor (ProbabilisticActor) writes index actions (int64, shape [*]) among
     """
     env_leaf = _leaf(env.full_action_spec, action_key)
     if env_leaf is None:

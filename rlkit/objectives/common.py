@@ -312,7 +312,10 @@ class LossBase(LossModule):
         return list(cls._AcceptedKeys.__dataclass_fields__)
 
     def set_keys(self, **kwargs: NestedKey | None) -> None:
-        names = keys.resolve_key_names(type(self).__name__, self.accepted_key_names(), kwargs)
+        reads = any(k[0] == keys.NEXT for k in self.in_keys if isinstance(k, tuple))
+        names = keys.resolve_key_names(
+            type(self).__name__, self.accepted_key_names(), kwargs, reads_env_keys=reads
+        )
         super().set_keys(**names)
 
 
@@ -432,14 +435,26 @@ class ActorCriticLoss(LossBase):
         return cls._AcceptedKeys()
 
     def _set_in_keys(self) -> None:
-        """Called at construction and by ``set_keys``: the critic must write the value key."""
+        """Called at construction and by ``set_keys``: the critic's out_keys are checked
+        against the value key on the next call (:meth:`_check_critic`), so a TorchRL user
+        can build the loss, then ``set_keys(value=...)`` as TorchRL's losses allow."""
+        self.__dict__["_critic_checked"] = False
+
+    def _check_critic(self) -> None:
+        """Raise ``TypeError`` unless the critic writes the value key the loss reads."""
         value_key = self.tensor_keys.state_value
-        if value_key not in list(self.critic.out_keys):
+        written = list(self.critic.out_keys)
+        if value_key not in written:
             raise TypeError(
-                f"{type(self).__name__}: the critic writes {list(self.critic.out_keys)} but "
-                f"the loss reads the value from {keys.describe(value_key)}: build the critic "
-                "with out_keys=[keys.STATE_VALUE] or call loss.set_keys(state_value=...)."
+                f"{type(self).__name__}: the critic writes {written} but the loss reads the "
+                f"value from {keys.describe(value_key)}: build the critic with "
+                f"out_keys=[keys.STATE_VALUE] or call loss.set_keys(value={written[0]!r})."
             )
+
+    def _critic_ready(self) -> None:
+        if not self.__dict__.get("_critic_checked", False):
+            self._check_critic()
+            self.__dict__["_critic_checked"] = True
 
     @property
     def in_keys(self) -> list[NestedKey]:
@@ -489,6 +504,7 @@ class ActorCriticLoss(LossBase):
 
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         owner = type(self).__name__
+        self._critic_ready()
         require_keys(tensordict, self._required_keys(), owner=owner)
         advantage = read_column(tensordict, self.tensor_keys.advantage, owner=owner).detach()
         target = read_column(tensordict, self.tensor_keys.value_target, owner=owner).detach()

@@ -190,6 +190,7 @@ class IMPALALoss(ActorCriticLoss):
     ) -> dict[str, Tensor]:
         r"""The V-trace quantities the loss uses, all ``[N, T]`` and detached: ``rho``
         (:math:`\pi_\theta/\mu` at the stored actions), ``advantage`` and ``value_target``."""
+        self._critic_ready()
         require_keys(td, self._required_keys(), owner="IMPALALoss")
         if log_prob is None:
             _, log_prob = self._scores(td)
@@ -223,6 +224,7 @@ class IMPALALoss(ActorCriticLoss):
         return {"rho": rho, "advantage": advantage.squeeze(-1), "value_target": target.squeeze(-1)}
 
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
+        self._critic_ready()
         require_keys(tensordict, self._required_keys(), owner="IMPALALoss")
         dist, log_prob = self._scores(tensordict)
         value, _ = self._values(tensordict)

@@ -434,8 +434,8 @@ class RNDPPOLoss(PPOLoss):
             )
         self._parts: dict[str, Tensor] = {}
 
-    def _set_in_keys(self) -> None:
-        super()._set_in_keys()
+    def _check_critic(self) -> None:
+        super()._check_critic()
         key = self.tensor_keys.intrinsic_state_value
         if key not in list(self.critic.out_keys):
             raise TypeError(
