@@ -21,6 +21,12 @@ key                        shape           role
 ``VTRACE_RHO``             ``[..., T, 1]``  written by :class:`VTrace`: pi(a|x) / mu(a|x)
 =========================  ==============  ==================================================
 
+The keys are the defaults; each estimator reads and writes the keys in its ``tensor_keys``,
+renamed with ``estimator.set_keys(...)``, which accepts TorchRL's names too (``value`` for
+``state_value``, ``sample_log_prob`` for ``action_log_prob``); ``reward`` / ``done`` /
+``terminated`` name keys under ``"next"``, as in TorchRL. A missing input raises
+:class:`~rlkit.keys.MissingKeyError` naming the estimator, the key and its writer.
+
 The time dimension
 ------------------
 Time is the batch dim named ``keys.TIME_DIM_NAME`` (``"time"``, the name TorchRL collectors
