@@ -917,6 +917,15 @@ def cli(main: Callable[[list[str] | None], Any]) -> None:
     except USER_ERRORS as err:
         if os.environ.get("RLKIT_TRACEBACK"):
             raise
-        message = err.args[0] if isinstance(err, KeyError) and err.args else err
-        print(f"error: {message}", file=sys.stderr)
+        message = str(err.args[0] if isinstance(err, KeyError) and err.args else err)
+        print(f"error: {_one_line(message)}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def _one_line(message: str) -> str:
+    """A multi-line message (the last line is the one that matters, e.g. a missing key and
+    its fix) as one line: the last line first, the context after it."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return message.strip()
+    return f"{lines[-1]} ({'; '.join(lines[:-1])})"

@@ -163,9 +163,10 @@ def select_inputs(data: TensorDictBase, losses: Iterable[nn.Module]) -> TensorDi
         for key in loss.in_keys:
             if key not in present:
                 raise MissingKeyError(
+                    f"the batch holds {keys.describe_present(present)}\n"
                     f"{type(loss).__name__} declares {keys.describe(key)} in its in_keys but "
-                    f"the batch has no such key (it holds {sorted(map(str, present))}): run "
-                    "the component that writes it first, or rename it with loss.set_keys(...)"
+                    "the batch has no such key: run the component that writes it first, or "
+                    "rename it with loss.set_keys(...)"
                 )
     return data.select(*wanted)
 
