@@ -358,3 +358,33 @@ def test_video_plays_the_episode_as_the_evaluation_mode_says(tmp_path):
     played = [steps(p) for p in (mode, *sampled)]
     assert played[0] == always_left  # one frame per step of the always-left episode
     assert played[1] == played[2] != always_left  # seeded sampling: the same episode twice
+
+
+class _Coast(torch.nn.Module):
+    """MountainCar's "no push" action for every sub-environment: the car never reaches the
+    goal, so every step costs -1 and an episode's return is minus its length."""
+
+    def forward(self, td):
+        td.set("action", torch.ones(td.batch_size, dtype=torch.long))
+        return td
+
+
+@pytest.mark.parametrize(("max_steps", "expected"), [(None, -200.0), (37, -37.0), (1, -1.0)])
+def test_eval_max_steps_cuts_episodes_off_and_scores_the_return_so_far(max_steps, expected):
+    from rlkit.training.evaluation import Evaluator
+
+    evaluator = Evaluator("MountainCar-v0", episodes=3, max_steps=max_steps)
+    assert evaluator.returns(_Coast()).tolist() == [expected] * 3
+
+
+def test_eval_max_steps_flag_reaches_the_evaluator(tmp_path):
+    from rlkit.algorithms import load
+
+    summary = load("ppo").main(
+        ["--total-frames", "64", "--num-envs", "4", "--rollout-steps", "16"]
+        + ["--minibatch-size", "32", "--eval-max-steps", "5", "--eval-episodes", "3"]
+        + ["--progress", "false", "--run-dir", str(tmp_path / "run")]
+    )
+    assert summary["eval_return_mean"] <= 5.0
+    with pytest.raises(SystemExit):
+        load("ppo").main(["--eval-max-steps", "0", "--run-dir", str(tmp_path / "x")])

@@ -58,6 +58,13 @@ class TrainConfig:
             "near-uniform policy scores as it acts rather than by its argmax"
         ),
     )
+    eval_max_steps: int | None = field(
+        default=None,
+        metadata=_help(
+            "cut evaluation episodes off after this many steps and score the return so far "
+            "(RLlib's max_val_steps); none: each episode runs to its end"
+        ),
+    )
     eval_env: str | None = field(
         default=None,
         metadata=_help(
@@ -119,7 +126,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _positive(self, "total_frames", "num_envs", "eval_episodes", "num_nodes", "threads")
-        _positive(self, "log_every")
+        _positive(self, "log_every", "eval_max_steps")
         _non_negative(self, "eval_every", "checkpoint_every", "seed")
         if self.strategy not in ("auto", "ddp", "ddp_spawn", "ddp_fork", "ddp_notebook"):
             raise ValueError(

@@ -409,6 +409,7 @@ def _evaluate_only(fabric, cfg: TrainConfig, learner: Learner, env, run_dir: Pat
         episodes=cfg.eval_episodes,
         device=fabric.device,
         deterministic=cfg.eval_deterministic,
+        max_steps=cfg.eval_max_steps,
     )
     if cfg.eval_env:
         check_same_spaces(env, evaluator.env, train_id=cfg.env, eval_id=cfg.eval_env)
@@ -562,6 +563,7 @@ class Engine:
                 episodes=cfg.eval_episodes,
                 device=fabric.device,
                 deterministic=cfg.eval_deterministic,
+                max_steps=cfg.eval_max_steps,
             )
             if cfg.eval_env:
                 check_same_spaces(env, evaluator.env, train_id=cfg.env, eval_id=cfg.eval_env)

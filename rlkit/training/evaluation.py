@@ -16,6 +16,8 @@ from rlkit import keys
 
 #: Evaluation environments are seeded from here, apart from every training seed.
 EVAL_SEED = 10_000
+#: Without ``max_steps``, an evaluation that runs this long means the env never ends.
+_NO_TIME_LIMIT = 100_000
 
 
 @contextmanager
@@ -44,6 +46,10 @@ class Evaluator:
     every evaluation inside :func:`torch.random.fork_rng` (restored afterwards), so the
     training random stream is the same whichever mode evaluates. Policies without a
     distribution (DQN's greedy actor) act the same in both modes.
+
+    ``max_steps`` (``--eval-max-steps``, RLlib's ``max_val_steps``) cuts every episode off
+    after that many steps and scores it with the return collected so far; without it an
+    episode runs to its end (the env's time limit).
     """
 
     def __init__(
@@ -52,13 +58,15 @@ class Evaluator:
         *,
         episodes: int,
         device: torch.device | str = "cpu",
-        max_steps: int = 100_000,
+        max_steps: int | None = None,
         deterministic: bool = True,
     ) -> None:
         from rlkit.envs import make_env
 
         if episodes < 1:
             raise ValueError(f"--eval-episodes must be >= 1, got {episodes}")
+        if max_steps is not None and max_steps < 1:
+            raise ValueError(f"--eval-max-steps must be >= 1, got {max_steps}")
         self.episodes, self.max_steps = episodes, max_steps
         self.deterministic = deterministic
         self.device = torch.device(device)
@@ -83,7 +91,7 @@ class Evaluator:
         running = torch.zeros(n, dtype=torch.float64)
         final = torch.full((n,), math.nan, dtype=torch.float64)
         finished = torch.zeros(n, dtype=torch.bool)
-        for _ in range(self.max_steps):
+        for _ in range(self.max_steps or _NO_TIME_LIMIT):
             td = policy(td)
             td, td_next = env.step_and_maybe_reset(td)
             reward = td.get(keys.REWARD).reshape(n).double().cpu()
@@ -96,9 +104,13 @@ class Evaluator:
                 break
             td = td_next
         if not finished.all():
+            if self.max_steps is not None:  # cut off: scored with the return so far
+                final[~finished] = running[~finished]
+                return final
             raise RuntimeError(
-                f"evaluation episodes did not end within {self.max_steps} steps: the "
-                "environment needs a time limit (max_episode_steps)"
+                f"evaluation episodes did not end within {_NO_TIME_LIMIT:,} steps: give the "
+                "environment a time limit (max_episode_steps) or cut evaluation episodes "
+                "off with --eval-max-steps"
             )
         return final
 
