@@ -268,15 +268,28 @@ def test_a2c_makes_exactly_one_gradient_step_per_batch_at_any_env_count(num_envs
     collector.shutdown()
 
 
-def test_impala_refuses_the_kl_learning_rate_schedule_before_training():
-    with pytest.raises((ValueError, SystemExit)):
-        _parse("impala", ["--lr-schedule", "kl"])
+@pytest.mark.parametrize("algo", ["impala", "a2c"])
+def test_recipes_without_a_kl_measure_refuse_the_kl_schedule_before_training(algo, capsys):
+    """A2C accepted it and failed at the first update, after the run had started."""
+    with pytest.raises(SystemExit):
+        _parse(algo, ["--lr-schedule", "kl"])
+    assert "--lr-schedule kl" in capsys.readouterr().err
 
 
 def test_the_kl_schedule_needs_a_loss_that_reports_approx_kl():
-    from rlkit.data.collector import make_collector
+    """The learner's own guard, for a loss that reports no approx_kl (A2C's loss on the
+    base on-policy config, which does not refuse kl)."""
+    import dataclasses
 
-    cfg, env, learner = _recipe_learner("a2c", ["--lr-schedule", "kl"])
+    from rlkit.algorithms.onpolicy import OnPolicyConfig
+    from rlkit.data.collector import make_collector
+    from rlkit.envs import make_env
+
+    recipe, a2c_cfg = _parse("a2c", [])
+    values = {f.name: getattr(a2c_cfg, f.name) for f in dataclasses.fields(a2c_cfg)}
+    cfg = OnPolicyConfig(**{**values, "lr_schedule": "kl"})
+    env = make_env(cfg.env, num_envs=cfg.num_envs, seed=0)
+    learner = recipe.build(cfg, env)
     collector = make_collector(env, learner.collect_policy(), frames_per_batch=cfg.batch_size)
     with pytest.raises(LossContractError, match="approx_kl"):
         learner.update(next(iter(collector)), _ctx())

@@ -44,6 +44,15 @@ class A2CConfig(OnPolicyConfig):
     gae_lambda: float = field(default=1.0, metadata={"help": "GAE lambda (1: n-step return)"})
     normalize_advantage: bool = False
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.lr_schedule == "kl":
+            raise ValueError(
+                "--lr-schedule kl adapts the learning rate to the policy's KL between "
+                "updates, which A2C's loss does not measure: use --lr-schedule constant or "
+                "linear"
+            )
+
 
 PRESETS: dict[str, dict] = {}
 

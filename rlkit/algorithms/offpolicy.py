@@ -50,6 +50,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from rlkit import keys
+from rlkit.algorithms._checks import finite_floats
 from rlkit.data.replay import NSTEP_READ, STORED, Replay
 from rlkit.modules.policies import EpsilonExploration
 from rlkit.objectives.dqn import PRIORITY_WEIGHT_NORMS, TD_ERROR, nstep_transitions
@@ -123,6 +124,7 @@ class OffPolicyConfig(TrainConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        finite_floats(self)
         positive(self, "steps_per_batch", "utd_ratio", "batch_size", "buffer_size", "n_steps")
         positive(self, "lr", "adam_eps", "priority_eps", "reward_scale")
         non_negative(self, "learning_starts", "max_grad_norm")

@@ -16,6 +16,7 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from rlkit import keys
+from rlkit.algorithms._checks import finite_floats
 from rlkit.data.minibatch import minibatch_indices
 from rlkit.modules.builders import actor_critic_networks
 from rlkit.training import schedules
@@ -80,8 +81,10 @@ class OnPolicyConfig(TrainConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        finite_floats(self)
         positive(self, "rollout_steps", "epochs", "minibatch_size", "lr", "adam_eps")
-        non_negative(self, "lr_final", "entropy_coef", "value_coef", "max_grad_norm")
+        non_negative(self, "lr_final", "entropy_coef", "entropy_coef_final", "value_coef")
+        non_negative(self, "max_grad_norm")
         in_unit_interval(self, "gamma", "gae_lambda")
         if self.minibatch_size is not None and self.minibatch_size > self.batch_size:
             raise ValueError(
@@ -125,6 +128,7 @@ class ClipConfig(OnPolicyConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         positive(self, "clip_epsilon", "value_clip")
+        non_negative(self, "clip_epsilon_final")
 
     @property
     def loss_schedules(self) -> dict[str, tuple[float, float]]:

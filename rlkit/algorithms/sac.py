@@ -40,6 +40,7 @@ from rlkit.modules.policies import TanhActorPolicy
 from rlkit.objectives import DiscreteSACLoss, SACLoss
 from rlkit.objectives.dqn import TD_ERROR
 from rlkit.training import parse_config, run
+from rlkit.training.config import positive
 from rlkit.training.engine import Context
 from rlkit.training.update import LossGroup, update_loop
 
@@ -189,6 +190,7 @@ class SACConfig(OffPolicyConfig):
             raise ValueError(f"--policy-delay must be >= 1, got {self.policy_delay}")
         if self.alpha_init <= 0:
             raise ValueError(f"--alpha-init must be > 0, got {self.alpha_init}")
+        positive(self, "actor_lr", "alpha_lr")  # 0 would silently mean --lr
         check_sac_n_steps(self.n_steps)
 
 

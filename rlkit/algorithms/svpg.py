@@ -29,6 +29,7 @@ from tensordict import TensorDictBase
 from torch import Tensor, nn
 
 from rlkit import keys
+from rlkit.algorithms._checks import finite_floats
 from rlkit.algorithms.onpolicy import make_optimizer
 from rlkit.modules.particles import (
     ParticlePolicy,
@@ -103,6 +104,7 @@ class SVPGConfig(TrainConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        finite_floats(self)
         positive(self, "particles", "temperature", "bandwidth", "rollout_steps", "epochs")
         positive(self, "lr", "adam_eps")
         non_negative(self, "lr_final", "entropy_coef", "value_coef", "max_grad_norm")

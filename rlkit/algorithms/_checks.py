@@ -1,0 +1,39 @@
+"""Validation shared by the algorithm configs (on top of ``rlkit.training.config``'s helpers).
+
+``positive`` / ``non_negative`` compare with ``<=`` / ``<``, which NaN passes; a NaN or an
+infinite learning rate, coefficient or discount would then run and end in a non-finite loss
+(or, for an update-to-data ratio, never end); a value beyond float32's range (the
+parameters' dtype) overflows inside the optimiser. :func:`finite_floats` refuses them for
+every float field an algorithm declares, before anything is built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from rlkit.training.config import TrainConfig
+
+#: float fields where ``inf`` means "no limit" (a clip level): infinities allowed, NaN not
+UNBOUNDED = frozenset({"max_grad_norm", "rho_clip", "c_clip", "pg_rho_clip", "rnd_obs_clip"})
+
+#: the largest float32 (``torch.finfo(torch.float32).max``): a larger value overflows to inf
+FLOAT32_MAX = 3.4028234663852886e38
+
+_ENGINE_FIELDS = frozenset(f.name for f in dataclasses.fields(TrainConfig))
+
+
+def finite_floats(cfg: Any) -> None:
+    """Raise a ValueError naming the flag when a float field of ``cfg`` (other than the
+    engine's own, :class:`~rlkit.training.TrainConfig`'s) is NaN, or infinite where
+    :data:`UNBOUNDED` does not allow it (beyond :data:`FLOAT32_MAX` counts as infinite)."""
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if f.name in _ENGINE_FIELDS or isinstance(value, bool) or not isinstance(value, float):
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if math.isnan(value):
+            raise ValueError(f"{flag} must be a number, got nan")
+        if abs(value) > FLOAT32_MAX and f.name not in UNBOUNDED:
+            raise ValueError(f"{flag} must be finite (within float32's +-3.4e38), got {value}")
