@@ -28,6 +28,8 @@ def _parse(algo: str, argv: list[str]):
         ("ppo", ["--adam-eps=inf"], "--adam-eps must be finite"),
         ("ppg", ["--aux-lr=nan"], "--aux-lr must be a number"),  # diverged (exit 3)
         ("daac", ["--value-lr=inf"], "--value-lr must be finite"),
+        # a clip level may be inf, not a finite value beyond float32 (overflow in V-trace)
+        ("appo", ["--pg-rho-clip=1e300"], "--pg-rho-clip must be within float32's"),
         ("rnd", ["--rnd-obs-clip=nan"], "--rnd-obs-clip must be a number"),
         ("svpg", ["--lr-final=inf"], "--lr-final must be finite"),
         ("svpg", ["--temperature=nan"], "--temperature must be a number"),

@@ -15,7 +15,8 @@ from typing import Any
 
 from rlkit.training.config import TrainConfig
 
-#: float fields where ``inf`` means "no limit" (a clip level): infinities allowed, NaN not
+#: float fields where ``inf`` means "no limit" (a clip level): infinities allowed, NaN and
+#: finite values beyond float32 not
 UNBOUNDED = frozenset({"max_grad_norm", "rho_clip", "c_clip", "pg_rho_clip", "rnd_obs_clip"})
 
 #: the largest float32 (``torch.finfo(torch.float32).max``): a larger value overflows to inf
@@ -35,5 +36,10 @@ def finite_floats(cfg: Any) -> None:
         flag = "--" + f.name.replace("_", "-")
         if math.isnan(value):
             raise ValueError(f"{flag} must be a number, got nan")
-        if abs(value) > FLOAT32_MAX and f.name not in UNBOUNDED:
-            raise ValueError(f"{flag} must be finite (within float32's +-3.4e38), got {value}")
+        if abs(value) <= FLOAT32_MAX or (f.name in UNBOUNDED and math.isinf(value)):
+            continue
+        if f.name in UNBOUNDED:  # a huge finite clip overflows when compared in float32
+            raise ValueError(
+                f"{flag} must be within float32's +-3.4e38, or inf for no limit, got {value}"
+            )
+        raise ValueError(f"{flag} must be finite (within float32's +-3.4e38), got {value}")
