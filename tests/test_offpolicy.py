@@ -328,6 +328,27 @@ def test_reward_standardisation_and_scale_leave_the_buffer_alone(dqn):
     rig.close()
 
 
+@pytest.mark.parametrize("recipe", ["sac", "dqn"])
+def test_reward_scale_applies_after_standardisation(recipe):
+    """pyrado's SAC: ``standardize_rew`` then ``rew_scale``, so --reward-scale 5
+    --standardize-reward gives minibatch rewards of mean 0 and std 5 (scaling first left
+    std 1: the scale was lost). Reference: numpy on the raw rewards."""
+    module = load_recipe(recipe)
+    config = module.SACConfig if recipe == "sac" else module.DQNConfig
+    env = "Pendulum-v1" if recipe == "sac" else "CartPole-v1"
+    cfg = config(**SMALL_DQN, env=env, standardize_reward=True, reward_scale=5.0)
+    learner = module.build(cfg, make_env(env, num_envs=2, seed=0))
+    raw = torch.randn(64, 1, generator=torch.Generator().manual_seed(0)) * 3 + 2
+    from tensordict import TensorDict
+
+    prepared = learner.prepare(TensorDict({keys.REWARD: raw.clone()}, [64]))[keys.REWARD]
+    r = raw.numpy().astype(np.float64)
+    expected = 5.0 * (r - r.mean()) / (r.std(ddof=1) + 1e-8)
+    np.testing.assert_allclose(prepared.numpy(), expected, rtol=1e-5, atol=1e-5)
+    assert float(prepared.std()) == pytest.approx(5.0, rel=1e-5)
+    assert abs(float(prepared.mean())) < 1e-5
+
+
 # --------------------------------------------------------------------------- errors
 
 

@@ -114,7 +114,13 @@ class OffPolicyConfig(TrainConfig):
     standardize_reward: bool = field(
         default=False, metadata=_help("standardise rewards in each sampled minibatch")
     )
-    reward_scale: float = field(default=1.0, metadata=_help("multiply sampled rewards by this"))
+    reward_scale: float = field(
+        default=1.0,
+        metadata=_help(
+            "multiply sampled rewards by this (after --standardize-reward, as pyrado's "
+            "rew_scale: standardised rewards then have std --reward-scale)"
+        ),
+    )
     hidden: tuple[int, ...] = field(
         default=(256, 256), metadata=_help("hidden layer sizes, e.g. '256 256'")
     )
@@ -289,13 +295,18 @@ class OffPolicyLearner(Learner):
         return out.reshape(steps.shape)[:, :ready].reshape(steps.shape[0] * ready)
 
     def prepare(self, sample: TensorDictBase) -> TensorDictBase:
-        """Reward scaling / standardisation of a sampled minibatch (the buffer is untouched)."""
+        """Reward standardisation, then scaling, of a sampled minibatch (the buffer is
+        untouched): ``r <- reward_scale * (r - mean) / (std + 1e-8)`` with
+        ``--standardize-reward`` (pyrado's SAC order: the scale survives the
+        standardisation), ``r <- reward_scale * r`` without."""
         cfg = self.cfg
         if not cfg.standardize_reward and cfg.reward_scale == 1.0:
             return sample
-        reward = sample.get(keys.REWARD) * cfg.reward_scale
+        reward = sample.get(keys.REWARD)
         if cfg.standardize_reward:
             reward = (reward - reward.mean()) / (reward.std() + 1e-8)
+        if cfg.reward_scale != 1.0:
+            reward = reward * cfg.reward_scale
         sample.set(keys.REWARD, reward)
         return sample
 
