@@ -388,3 +388,15 @@ def test_eval_max_steps_flag_reaches_the_evaluator(tmp_path):
     assert summary["eval_return_mean"] <= 5.0
     with pytest.raises(SystemExit):
         load("ppo").main(["--eval-max-steps", "0", "--run-dir", str(tmp_path / "x")])
+
+
+def test_none_for_an_optional_tuple_flag_and_a_non_finite_target_return(capsys):
+    from rlkit.algorithms import daac
+
+    cfg = parse_config(daac.DAACConfig, ["--adv-hidden", "none"])
+    assert cfg.adv_hidden is None
+    assert parse_config(daac.DAACConfig, ["--adv-hidden", "32", "32"]).adv_hidden == (32, 32)
+    for value in ("nan", "inf"):
+        with pytest.raises(SystemExit):
+            parse_config(TrainConfig, ["--target-return", value])
+        assert "--target-return must be a finite return" in capsys.readouterr().err

@@ -28,7 +28,11 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from rlkit.algorithms.impala import VTraceConfig, lag_metrics
-from rlkit.algorithms.onpolicy import OnPolicyConfig, PolicyGradientLearner, build_actor_critic
+from rlkit.algorithms.onpolicy import (
+    PolicyGradientConfig,
+    PolicyGradientLearner,
+    build_actor_critic,
+)
 from rlkit.data.async_collect import worker_collector_factory
 from rlkit.objectives import APPOLoss
 from rlkit.training import parse_config, run
@@ -51,7 +55,7 @@ class APPOLearner(PolicyGradientLearner):
         critic: nn.Module,
         estimator: nn.Module,
         loss: nn.Module,
-        cfg: OnPolicyConfig,
+        cfg: PolicyGradientConfig,
         obs_norm: nn.Module | None = None,
         loss_schedules: Mapping[str, tuple[float, float]] | None = None,
     ) -> None:

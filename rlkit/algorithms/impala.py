@@ -25,7 +25,11 @@ from dataclasses import dataclass, field
 import torch
 from tensordict import TensorDictBase
 
-from rlkit.algorithms.onpolicy import OnPolicyConfig, PolicyGradientLearner, build_actor_critic
+from rlkit.algorithms.onpolicy import (
+    PolicyGradientConfig,
+    PolicyGradientLearner,
+    build_actor_critic,
+)
 from rlkit.data.async_collect import POLICY_LAG, worker_collector_factory
 from rlkit.objectives import IMPALALoss
 from rlkit.training import parse_config, run
@@ -41,7 +45,7 @@ IMPALA_NO_KL = (
 
 
 @dataclass(frozen=True)
-class VTraceConfig(OnPolicyConfig):
+class VTraceConfig(PolicyGradientConfig):
     """Flags shared by the V-trace recipes (IMPALA, APPO): V-trace and collection."""
 
     vtrace_lambda: float = field(default=1.0, metadata={"help": "V-trace lambda in [0, 1]"})

@@ -30,8 +30,10 @@ def _help(text: str, **kw: Any) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class OnPolicyConfig(TrainConfig):
-    """Flags shared by on-policy recipes (PPO, A2C and relatives)."""
+class PolicyGradientConfig(TrainConfig):
+    """Flags shared by every on-policy recipe, whatever its advantage estimator: the
+    V-trace recipes (IMPALA, APPO) extend it directly, the GAE ones through
+    :class:`OnPolicyConfig` (which adds ``--gae-lambda``)."""
 
     rollout_steps: int = field(default=32, metadata=_help("steps per env per batch"))
     epochs: int = field(default=10, metadata=_help("passes over each batch"))
@@ -54,7 +56,6 @@ class OnPolicyConfig(TrainConfig):
     )
     adam_eps: float = field(default=1e-5, metadata=_help("optimizer epsilon"))
     gamma: float = field(default=0.99, metadata=_help("discount factor"))
-    gae_lambda: float = field(default=0.95, metadata=_help("GAE lambda"))
     entropy_coef: float = field(default=0.0, metadata=_help("entropy bonus coefficient"))
     entropy_coef_final: float | None = field(
         default=None, metadata=_help("final entropy coefficient (linear schedule); none: constant")
@@ -85,7 +86,7 @@ class OnPolicyConfig(TrainConfig):
         positive(self, "rollout_steps", "epochs", "minibatch_size", "lr", "adam_eps")
         non_negative(self, "lr_final", "entropy_coef", "entropy_coef_final", "value_coef")
         non_negative(self, "max_grad_norm")
-        in_unit_interval(self, "gamma", "gae_lambda")
+        in_unit_interval(self, "gamma")
         if self.minibatch_size is not None and self.minibatch_size > self.batch_size:
             raise ValueError(
                 f"--minibatch-size {self.minibatch_size} is larger than the batch "
@@ -114,6 +115,18 @@ class OnPolicyConfig(TrainConfig):
 
 
 @dataclass(frozen=True)
+class OnPolicyConfig(PolicyGradientConfig):
+    """Flags shared by the GAE on-policy recipes (PPO, A2C and relatives): those of
+    :class:`PolicyGradientConfig` and the GAE lambda."""
+
+    gae_lambda: float = field(default=0.95, metadata=_help("GAE lambda"))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        in_unit_interval(self, "gae_lambda")
+
+
+@dataclass(frozen=True)
 class ClipConfig(OnPolicyConfig):
     """Flags of the clipped-surrogate family (PPO, PPG): ratio and value clip ranges."""
 
@@ -138,7 +151,7 @@ class ClipConfig(OnPolicyConfig):
         return {"clip_epsilon": (self.clip_epsilon, self.clip_epsilon_final)}
 
 
-def make_optimizer(cfg: OnPolicyConfig, params) -> torch.optim.Optimizer:
+def make_optimizer(cfg: PolicyGradientConfig, params) -> torch.optim.Optimizer:
     params = list(params)
     # Adam: fused (one kernel for every parameter, CPU and CUDA), measured 140 us per step
     # here against 374 us for foreach and 491 us for torch's CPU default (a Python loop over
@@ -157,7 +170,7 @@ class PolicyGradientLearner(Learner):
         critic: the V network writing ``state_value``.
         estimator: writes ``advantage`` and ``value_target`` (e.g. ``rlkit.value.GAE``).
         loss: returns ``loss_*`` terms.
-        cfg: an :class:`OnPolicyConfig`.
+        cfg: a :class:`PolicyGradientConfig` (or a subclass).
         loss_schedules: loss attributes annealed linearly over the frame budget,
             ``{"clip_epsilon": (0.2, 0.0)}``; ``entropy_coef`` is added from the config when
             ``--entropy-coef-final`` is set.
@@ -174,7 +187,7 @@ class PolicyGradientLearner(Learner):
         critic: nn.Module,
         estimator: nn.Module,
         loss: nn.Module,
-        cfg: OnPolicyConfig,
+        cfg: PolicyGradientConfig,
         obs_norm: nn.Module | None = None,
         loss_schedules: Mapping[str, tuple[float, float]] | None = None,
     ) -> None:
@@ -300,7 +313,9 @@ def check_schedules(loss: nn.Module, schedules_: Mapping[str, tuple[float, float
             )
 
 
-def build_actor_critic(cfg: OnPolicyConfig, env) -> tuple[nn.Module, nn.Module, nn.Module | None]:
+def build_actor_critic(
+    cfg: PolicyGradientConfig, env
+) -> tuple[nn.Module, nn.Module, nn.Module | None]:
     """:func:`rlkit.modules.actor_critic_networks` with a config's network flags."""
     return actor_critic_networks(
         env, hidden=cfg.hidden, activation=cfg.activation, normalize_obs=cfg.normalize_obs

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 import types
 import typing
@@ -128,6 +129,11 @@ class TrainConfig:
         _positive(self, "total_frames", "num_envs", "eval_episodes", "num_nodes", "threads")
         _positive(self, "log_every", "eval_max_steps")
         _non_negative(self, "eval_every", "checkpoint_every", "seed")
+        if self.target_return is not None and not math.isfinite(self.target_return):
+            raise ValueError(
+                f"--target-return must be a finite return, got {self.target_return} (use none "
+                "to train for the whole budget)"
+            )
         if self.strategy not in ("auto", "ddp", "ddp_spawn", "ddp_fork", "ddp_notebook"):
             raise ValueError(
                 f"strategy {self.strategy!r} is not supported; use auto, ddp or ddp_spawn "
@@ -450,7 +456,12 @@ def parse_config(
     args = vars(parser.parse_args(sys.argv[1:] if argv is None else list(argv)))
     for name, value in args.items():  # "--hidden 64 64" and "--hidden 64,64" alike
         if isinstance(value, list):
-            args[name] = tuple(x for part in value for x in part)
+            if any(part is None for part in value):  # "--adv-hidden none"
+                if len(value) > 1:
+                    parser.error(f"--{name.replace('_', '-')}: 'none' stands alone")
+                args[name] = None
+            else:
+                args[name] = tuple(x for part in value for x in part)
     typed: dict[str, Any] = {}
     if args.get("config"):
         try:
