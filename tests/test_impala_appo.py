@@ -253,3 +253,25 @@ def test_workers_exit_when_the_learner_is_killed(mode):
     for p in left:
         os.kill(p, 9)
     assert not left, f"workers {left} outlived their learner"
+
+
+@pytest.mark.parametrize("recipe", ["impala", "appo"])
+def test_adv_mode_flag_reaches_vtrace(recipe):
+    """--adv-mode (evorl's adv_mode): the default is the paper's form; acme reaches the
+    IMPALA loss / the APPO estimator; anything else is refused by the parser."""
+    from rlkit.training import parse_config
+
+    module = load_recipe(recipe)
+    algo = __import__(f"rlkit.algorithms.{recipe}", fromlist=["build"])
+    config = algo.IMPALAConfig if recipe == "impala" else algo.APPOConfig
+    env = make_env("CartPole-v1", num_envs=1, seed=0)
+    try:
+        for argv, mode in (([], "official"), (["--adv-mode", "acme"], "acme")):
+            learner = algo.build(parse_config(config, argv), env)
+            part = learner.loss if recipe == "impala" else learner.estimator
+            assert part.adv_mode == mode
+    finally:
+        env.close()
+    with pytest.raises(SystemExit) as exit_info:
+        module.main(["--adv-mode", "rllib"])
+    assert exit_info.value.code == 2

@@ -238,3 +238,72 @@ def test_flattened_batch_and_missing_keys_are_named():
         loss(td.reshape(-1))
     with pytest.raises(KeyError, match="action_log_prob"):
         loss(td.exclude(keys.ACTION_LOG_PROB))
+
+
+def acme_advantage(vs, rho, r, v, v_next, done, term, *, gamma, lmbda, pg):
+    """evorl's / Acme's pg advantage by a loop: inside an episode step s bootstraps from
+    lmbda vs[s+1] + (1 - lmbda) V(x_{s+1}), V(x_{s+1}) the critic at the next row's
+    observation; at a done step and the last step from V(final obs); terminated: 0."""
+    rows, steps = len(r), len(r[0])
+    adv = [[0.0] * steps for _ in range(rows)]
+    for n in range(rows):
+        for s in range(steps):
+            if done[n][s] or s == steps - 1:
+                boot = v_next[n][s]
+            else:
+                boot = lmbda * vs[n][s + 1] + (1 - lmbda) * v[n][s + 1]
+            boot = 0.0 if term[n][s] else boot
+            adv[n][s] = min(pg, rho[n][s]) * (r[n][s] + gamma * boot - v[n][s])
+    return adv
+
+
+def test_acme_adv_mode_matches_textbook_in_the_loss_and_the_estimator():
+    from rlkit.value import VTrace
+
+    actor, critic = discrete_nets()
+    mu = older_policy(actor)
+    td = make_batch(mu)
+    kw = dict(gamma=0.9, vtrace_lambda=0.7, rho_clip=1.5, c_clip=0.9, pg_rho_clip=1.2)
+    loss = IMPALALoss(actor, critic, **kw, adv_mode="acme")
+    official = IMPALALoss(actor, critic, **kw)
+    action = td[keys.ACTION]
+    with torch.no_grad():
+        logp_pi = torch.log_softmax(actor.module[0].module(td[keys.OBSERVATION]), -1)
+        logp_pi = logp_pi.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        v = critic.module(td[keys.OBSERVATION]).squeeze(-1)
+        v_next = critic.module(td[keys.NEXT_OBSERVATION]).squeeze(-1)
+    logp_mu = td[keys.ACTION_LOG_PROB]
+    columns = [as_lists(x) for x in (td[keys.REWARD], v, v_next, td[keys.DONE])]
+    vs, _ = reference_vtrace(
+        as_lists(logp_mu), as_lists(logp_pi), *columns, as_lists(td[keys.TERMINATED]),
+        gamma=0.9, lmbda=0.7, rho_bar=1.5, c_bar=0.9, pg=1.2,
+    )  # fmt: skip
+    rho = as_lists((logp_pi - logp_mu).exp())
+    adv = acme_advantage(
+        vs, rho, *columns, as_lists(td[keys.TERMINATED]), gamma=0.9, lmbda=0.7, pg=1.2
+    )
+    adv = torch.tensor(adv)
+    vt = loss.vtrace(td)
+    torch.testing.assert_close(vt["value_target"], torch.tensor(vs))
+    torch.testing.assert_close(vt["advantage"], adv)
+    assert (official.vtrace(td)["advantage"] - adv).abs().max() > 1e-3
+    torch.testing.assert_close(loss(td)["loss_policy"], -(adv * logp_pi).mean())
+
+    estimator = VTrace(
+        gamma=0.9, actor=actor, lmbda=0.7, rho_clip=1.5, c_clip=0.9, pg_rho_clip=1.2,
+        adv_mode="acme", value_network=critic,
+    )  # fmt: skip
+    out = estimator(td.clone())
+    torch.testing.assert_close(out[keys.ADVANTAGE].squeeze(-1), adv)
+
+
+@pytest.mark.parametrize("owner", ["IMPALALoss", "VTrace"])
+def test_unknown_adv_mode_is_named(owner):
+    from rlkit.value import VTrace
+
+    actor, critic = discrete_nets()
+    with pytest.raises(ValueError, match=rf"^{owner}: adv_mode must be 'official' .*'acme'"):
+        if owner == "IMPALALoss":
+            IMPALALoss(actor, critic, adv_mode="Acme")
+        else:
+            VTrace(gamma=0.9, actor=actor, adv_mode="Acme")

@@ -421,3 +421,110 @@ def test_terminated_alone_cuts_the_recursion():
     adv, _ = gae(b["r"], b["v"], b["nv"], inconsistent, b["term"], gamma=0.9, lmbda=0.9)
     ref, _ = gae_reference(b["r"], b["v"], b["nv"], b["done"], b["term"], gamma=0.9, lmbda=0.9)
     close(adv, ref)
+
+
+# --------------------------------------------------------------------------- adv_mode="acme"
+
+
+def acme_advantage_reference(blp, tlp, r, v, done, term, last_nv, *, gamma, lmbda, pg_clip, vs):
+    """evorl's / Acme's pg advantage, read literally: the bootstrap of step s inside an
+    episode is lmbda vs[s+1] + (1 - lmbda) V(x_{s+1}) with V(x_{s+1}) = v[s+1] (the next
+    row's value); at a done step it is V' of the final observation, at the batch's last step
+    V'_{T-1}; a terminated step bootstraps from nothing."""
+    rows = []
+    data = zip(*map(_rows, (blp, tlp, r, v, done, term, last_nv, vs)), strict=True)
+    for bb, pp, rr, vv, dd, tt, ln, ss in data:
+        row = []
+        for s in range(len(rr)):
+            if dd[s] or tt[s] or s == len(rr) - 1:
+                boot = ln[s]
+            else:
+                boot = lmbda * ss[s + 1] + (1 - lmbda) * vv[s + 1]
+            rho = math.exp(pp[s] - bb[s])
+            row.append(min(pg_clip, rho) * (rr[s] + gamma * (not tt[s]) * boot - vv[s]))
+        rows.append(row)
+    return torch.tensor(rows, dtype=torch.float64).unsqueeze(-1)
+
+
+def consistent_batch(seed):
+    """make_batch with V'_t = V_{t+1} inside episodes (V' free at done steps)."""
+    b = make_batch(seed=seed)
+    nv = torch.cat([b["v"][:, 1:], b["nv"][:, -1:]], dim=1)
+    b["nv"] = torch.where(b["done"] | b["term"], b["nv"], nv)
+    return b
+
+
+def test_vtrace_acme_golden(kernel):
+    r, v, nv, done, term, t = golden_trajectory()
+    rho = t([2.0, 0.5, 1.0, 0.25])
+    kw = dict(gamma=0.9, lmbda=0.5, adv_mode="acme")
+    adv, vs = vtrace(torch.zeros_like(rho), rho.log(), r, v, nv, done, term, **kw)
+    close(vs, t([2.7325, 2.85, 4.63125, 2.125]))  # v_s does not depend on adv_mode
+    # vhat_{s+1} = 0.5 vs_{s+1} + 0.5 V(x_{s+1}) inside an episode (V(x_1) = V'_0 = 1.0,
+    # V(x_3) = V'_2 = 1.5); V' at the truncation, nothing at the termination:
+    # A0 = 1.0 (1 + 0.9 (0.5*2.85 + 0.5*1.0) - 0.5) = 0.5 + 0.9*1.925 = 2.2325
+    # A1 = 0.5 (2 + 0.9*3.0 - 1.0) = 1.85                 (truncated, as official)
+    # A2 = 1.0 (3 + 0.9 (0.5*2.125 + 0.5*1.5) - 2.0) = 1 + 0.9*1.8125 = 2.63125
+    # A3 = 0.25 (4 - 1.5) = 0.625                          (terminated, as official)
+    close(adv, t([2.2325, 1.85, 2.63125, 0.625]))
+
+
+@pytest.mark.parametrize("lmbda,pg_clip", [(0.0, 1.0), (0.7, 1.0), (0.95, 1.5)])
+def test_vtrace_acme_matches_the_textbook_loop(kernel, lmbda, pg_clip):
+    b = consistent_batch(seed=21)
+    args = (b["blp"], b["tlp"], b["r"], b["v"], b["nv"], b["done"], b["term"])
+    kw = dict(gamma=0.9, lmbda=lmbda, rho_clip=1.2, c_clip=0.9, pg_rho_clip=pg_clip)
+    adv, vs = vtrace(*args, **kw, adv_mode="acme")
+    _, ref_vs = vtrace_reference(
+        *args, gamma=0.9, lmbda=lmbda, rho_clip=1.2, c_clip=0.9, pg_clip=pg_clip
+    )
+    close(vs, ref_vs)
+    ref = acme_advantage_reference(
+        b["blp"], b["tlp"], b["r"], b["v"], b["done"], b["term"], b["nv"],
+        gamma=0.9, lmbda=lmbda, pg_clip=pg_clip, vs=ref_vs,
+    )  # fmt: skip
+    close(adv, ref)
+    official, _ = vtrace(*args, **kw)
+    assert (adv - official).abs().max() > 1e-3  # the modes differ for lmbda < 1
+
+
+def test_on_policy_acme_advantage_is_gae(kernel):
+    """rho = 1, consistent values: Acme's advantage is GAE(lambda)'s."""
+    b = make_batch(seed=22, off_policy=False)
+    nv = torch.cat([b["v"][:, 1:], b["nv"][:, -1:]], dim=1)
+    nv = torch.where(b["done"] | b["term"], b["nv"], nv)
+    args = (b["r"], b["v"], nv, b["done"], b["term"])
+    adv, _ = vtrace(b["blp"], b["tlp"], *args, gamma=0.9, lmbda=0.8, adv_mode="acme")
+    close(adv, gae_reference(*args, gamma=0.9, lmbda=0.8)[0])
+
+
+def test_adv_modes_agree_at_lambda_one_and_official_is_the_default():
+    b = make_batch(seed=23)
+    args = (b["blp"], b["tlp"], *_gae_args(b))
+    default = vtrace(*args, gamma=0.9, lmbda=0.6)
+    official = vtrace(*args, gamma=0.9, lmbda=0.6, adv_mode="official")
+    assert all(torch.equal(x, y) for x, y in zip(default, official, strict=True))
+    acme = vtrace(*args, gamma=0.9, lmbda=1.0, adv_mode="acme")
+    close(acme[0], vtrace(*args, gamma=0.9, lmbda=1.0)[0])
+
+
+@pytest.mark.parametrize("mode", ["ACME", "rllib", None, ""])
+def test_vtrace_rejects_an_unknown_adv_mode(mode):
+    b = make_batch()
+    with pytest.raises(ValueError, match=r"^vtrace: adv_mode must be 'official' .* or 'acme'"):
+        vtrace(b["blp"], b["tlp"], *_gae_args(b), gamma=0.9, adv_mode=mode)
+
+
+def test_the_value_page_adv_mode_example_runs(capsys):
+    import re
+    from pathlib import Path
+
+    page = Path(__file__).resolve().parents[1] / "docs" / "value.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
+    (block,) = [b for b in blocks if "adv_mode=mode" in b]
+    exec(compile(block, "docs/value.md", "exec"), {})
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == [
+        "official [3.065, 1.85, 2.9125, 0.625]",
+        "acme [2.2325, 1.85, 2.63125, 0.625]",
+    ]

@@ -159,6 +159,7 @@ def build(cfg: APPOConfig, env) -> APPOLearner:
         rho_clip=cfg.rho_clip,
         c_clip=cfg.c_clip,
         pg_rho_clip=cfg.pg_rho_clip,
+        adv_mode=cfg.adv_mode,
         value_network=critic,
     )
     return APPOLearner(

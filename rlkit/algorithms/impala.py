@@ -54,6 +54,14 @@ class VTraceConfig(PolicyGradientConfig):
     pg_rho_clip: float = field(
         default=1.0, metadata={"help": "V-trace rho-bar of the policy-gradient advantage (> 0)"}
     )
+    adv_mode: str = field(
+        default="official",
+        metadata={
+            "help": "policy-gradient advantage's bootstrap: official (v_{s+1}, the paper) or "
+            "acme (lambda v_{s+1} + (1 - lambda) V(x_{s+1}), Acme / evorl)",
+            "choices": ("official", "acme"),
+        },
+    )
     workers: int = field(
         default=1, metadata={"help": "collector worker processes per rank (divide --num-envs)"}
     )
@@ -182,6 +190,7 @@ def build(cfg: IMPALAConfig, env) -> IMPALALearner:
         rho_clip=cfg.rho_clip,
         c_clip=cfg.c_clip,
         pg_rho_clip=cfg.pg_rho_clip,
+        adv_mode=cfg.adv_mode,
         entropy_coef=cfg.entropy_coef,
         value_coef=cfg.value_coef,
         reduction=cfg.reduction,

@@ -53,7 +53,9 @@ class IMPALALoss(ActorCriticLoss):
     (whose log-prob is stored), with :math:`\rho_t = \pi_\theta(a_t|x_t)/\mu(a_t|x_t)` at
     the *stored* action, V-trace (:func:`rlkit.value.functional.vtrace`) gives targets
     :math:`v_s` and advantages
-    :math:`A_s = \min(\bar\rho_{pg}, \rho_s)(r_s + \gamma v_{s+1} - V(x_s))`; then
+    :math:`A_s = \min(\bar\rho_{pg}, \rho_s)(r_s + \gamma \hat v_{s+1} - V(x_s))`, with
+    :math:`\hat v_{s+1} = v_{s+1}` (``adv_mode="official"``) or
+    :math:`\lambda v_{s+1} + (1-\lambda) V(x_{s+1})` (``adv_mode="acme"``); then
 
     .. math::
         \text{loss\_policy} &= -\operatorname{red}_s\, A_s \log\pi_\theta(a_s|x_s) \\
@@ -85,6 +87,9 @@ class IMPALALoss(ActorCriticLoss):
         gamma: discount in [0, 1].
         vtrace_lambda: :math:`\lambda \in [0, 1]` folded into the traces; default 1.
         rho_clip, c_clip, pg_rho_clip: :math:`\bar\rho, \bar c, \bar\rho_{pg} > 0`; 1.0.
+        adv_mode: ``"official"`` (default: the paper's advantage, bootstrapped from
+            :math:`v_{s+1}`) or ``"acme"`` (Acme's and evorl's, from
+            :math:`\lambda v_{s+1} + (1-\lambda)V(x_{s+1})`); equal when ``vtrace_lambda=1``.
         entropy_coef: :math:`c_H \ge 0` (the paper: 0.0005 to 0.01).
         value_coef: :math:`c_v \ge 0`, applied to the 1/2-squared error; default 0.5.
         reduction: ``"mean"`` (default) or ``"sum"``.
@@ -119,6 +124,7 @@ class IMPALALoss(ActorCriticLoss):
         rho_clip: float = 1.0,
         c_clip: float = 1.0,
         pg_rho_clip: float = 1.0,
+        adv_mode: str = "official",
         entropy_coef: float = 0.0,
         value_coef: float = 0.5,
         reduction: str = "mean",
@@ -145,6 +151,7 @@ class IMPALALoss(ActorCriticLoss):
         self.gamma, self.vtrace_lambda = float(gamma), float(vtrace_lambda)
         self.rho_clip, self.c_clip, self.pg_rho_clip = rho_clip, c_clip, pg_rho_clip
         self.reduction = reduction
+        self.adv_mode = VF.check_adv_mode("IMPALALoss", adv_mode)
 
     @property
     def out_keys(self) -> list[str]:
@@ -219,6 +226,7 @@ class IMPALALoss(ActorCriticLoss):
             c_clip=self.c_clip,
             pg_rho_clip=self.pg_rho_clip,
             time_dim=-2,
+            adv_mode=self.adv_mode,
         )
         rho = (log_prob.detach() - behaviour.detach()).exp()
         return {"rho": rho, "advantage": advantage.squeeze(-1), "value_target": target.squeeze(-1)}

@@ -384,6 +384,9 @@ class VTrace(_ValueEstimator):
         lmbda: :math:`\lambda` folded into the traces :math:`c_t`; default 1.
         rho_clip, c_clip, pg_rho_clip: :math:`\bar\rho > 0`, :math:`\bar c \ge 0`,
             :math:`\bar\rho_{pg} > 0`; default 1 (the paper's choice).
+        adv_mode: the advantage's bootstrap: ``"official"`` (default, :math:`v_{s+1}`) or
+            ``"acme"`` (:math:`\lambda v_{s+1} + (1-\lambda)V(x_{s+1})`, Acme's and evorl's);
+            see :func:`rlkit.value.functional.vtrace`.
         value_network, time_dim, recompute_values: as for :class:`GAE`.
 
     The actor runs on a selection of its ``in_keys``, so writing its distribution
@@ -406,6 +409,7 @@ class VTrace(_ValueEstimator):
         rho_clip: float = 1.0,
         c_clip: float = 1.0,
         pg_rho_clip: float = 1.0,
+        adv_mode: str = "official",
         value_network: Callable[[TensorDictBase], TensorDictBase] | None = None,
         time_dim: int | None = None,
         recompute_values: bool = False,
@@ -417,6 +421,7 @@ class VTrace(_ValueEstimator):
             time_dim=time_dim,
             recompute_values=recompute_values,
         )
+        self.adv_mode = F.check_adv_mode("VTrace", adv_mode)
         if actor is None:
             raise TypeError("actor is required: the policy pi whose V-trace targets these are")
         for name, policy in (("actor", actor), ("target_actor", target_actor)):
@@ -465,6 +470,7 @@ class VTrace(_ValueEstimator):
             c_clip=self.c_clip,
             pg_rho_clip=self.pg_rho_clip,
             time_dim=fdim,
+            adv_mode=self.adv_mode,
         )
         td.set(self._key("advantage"), advantage)
         td.set(self._key("value_target"), value_target)

@@ -69,6 +69,20 @@ def _check_clip(name: str, value: float, *, allow_zero: bool = False) -> float:
     return value
 
 
+#: The V-trace policy-gradient advantage's bootstrap forms (:func:`vtrace`'s ``adv_mode``).
+ADV_MODES: tuple[str, ...] = ("official", "acme")
+
+
+def check_adv_mode(owner: str, adv_mode: str) -> str:
+    """Return ``adv_mode`` if it is one of :data:`ADV_MODES`, else raise a one-line error."""
+    if not isinstance(adv_mode, str) or adv_mode not in ADV_MODES:
+        raise ValueError(
+            f"{owner}: adv_mode must be 'official' (bootstrap the advantage from v_{{s+1}}) "
+            f"or 'acme' (from lambda v_{{s+1}} + (1 - lambda) V(x_{{s+1}})), got {adv_mode!r}"
+        )
+    return adv_mode
+
+
 def _check_time_dim(time_dim: int, ndim: int) -> int:
     if isinstance(time_dim, bool) or not isinstance(time_dim, int):
         raise TypeError(f"time_dim must be an int, got {type(time_dim).__name__}")
@@ -321,6 +335,7 @@ def vtrace(
     c_clip: float = 1.0,
     pg_rho_clip: float = 1.0,
     time_dim: int = -2,
+    adv_mode: str = "official",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     r"""V-trace targets and policy-gradient advantages (Espeholt et al. 2018, IMPALA).
 
@@ -343,8 +358,13 @@ def vtrace(
         A_s = \min(\bar\rho_{pg}, \rho_s)\bigl(r_s + \gamma (1 - \mathrm{term}_s)
               \hat v_{s+1} - V_s\bigr),
 
-    with :math:`\hat v_{s+1} = v_{s+1}`, replaced by :math:`V'_s` at a done step and at the
-    last step.
+    with :math:`\hat v_{s+1} = v_{s+1}` (``adv_mode="official"``, the paper's and
+    ``deepmind/scalable_agent``'s, also RLlib's) or
+    :math:`\hat v_{s+1} = \lambda v_{s+1} + (1 - \lambda) V(x_{s+1})` (``adv_mode="acme"``,
+    Acme's and evorl's: the :math:`\lambda`-return's own bootstrap), replaced in both by
+    :math:`V'_s` at a done step and at the last step. :math:`V(x_{s+1})` is read as
+    :math:`V'_s`, the critic at the observation step :math:`s` returned (the same state
+    inside an episode). With :math:`\lambda = 1` the two modes agree.
 
     Args:
         behavior_log_prob: :math:`\log\mu(a_t|x_t)`, stored at collection; shape
@@ -358,6 +378,8 @@ def vtrace(
         c_clip: :math:`\bar c \ge 0`, clips the trace; 1. 0 gives the one-step target.
         pg_rho_clip: :math:`\bar\rho_{pg} > 0`, clips the weight in the advantage; 1.
         time_dim: the time dimension of every input.
+        adv_mode: ``"official"`` (default) or ``"acme"``, the advantage's bootstrap
+            :math:`\hat v_{s+1}` above; :math:`v_s` is the same in both.
 
     Returns:
         ``(advantage, value_target)``: :math:`A_s` and :math:`v_s`, input shape, no grad.
@@ -367,6 +389,7 @@ def vtrace(
     rho_clip = _check_clip("rho_clip", rho_clip)
     c_clip = _check_clip("c_clip", c_clip, allow_zero=True)
     pg_rho_clip = _check_clip("pg_rho_clip", pg_rho_clip)
+    adv_mode = check_adv_mode("vtrace", adv_mode)
     floats = {"reward": reward, "value": value, "next_value": next_value}
     time_dim = _check_inputs(floats, {"done": done, "terminated": terminated}, time_dim)
     behavior_log_prob = _match_log_prob("behavior_log_prob", behavior_log_prob, reward.shape)
@@ -382,14 +405,15 @@ def vtrace(
     vs_minus_v = _from_time_major(_reverse_recurrence_(a, _time_major(b, time_dim)), time_dim)
     value_target = vs_minus_v.add_(value)
 
-    # v_{s+1} along time, replaced by V'_s at a cut and at the last step, then masked.
+    # v_{s+1} along time (acme: lmbda v_{s+1} + (1 - lmbda) V'_s), replaced by V'_s at a cut
+    # and at the last step, then masked.
     steps = reward.shape[time_dim]
     if steps == 0:
         return torch.zeros_like(value_target), value_target
-    shifted = torch.cat(
-        [value_target.narrow(time_dim, 1, steps - 1), next_value.narrow(time_dim, steps - 1, 1)],
-        dim=time_dim,
-    )
+    following = value_target.narrow(time_dim, 1, steps - 1)
+    if adv_mode == "acme":
+        following = torch.lerp(next_value.narrow(time_dim, 0, steps - 1), following, lmbda)
+    shifted = torch.cat([following, next_value.narrow(time_dim, steps - 1, 1)], dim=time_dim)
     bootstrap = torch.where(cut, masked_next, shifted)
     pg_rho = rho_bar if pg_rho_clip == rho_clip else rho.clamp_max(pg_rho_clip)
     advantage = torch.add(reward_minus_value, bootstrap, alpha=gamma).mul_(pg_rho)
