@@ -400,3 +400,17 @@ def test_none_for_an_optional_tuple_flag_and_a_non_finite_target_return(capsys):
         with pytest.raises(SystemExit):
             parse_config(TrainConfig, ["--target-return", value])
         assert "--target-return must be a finite return" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("text", "value"), [("-1.5e2", -150.0), ("-200", -200.0), ("-.5", -0.5)])
+def test_a_negative_value_in_scientific_form_is_a_value_not_a_flag(text, value):
+    # argparse alone reads "-1.5e2" as an unknown option ("expected one argument")
+    assert parse_config(TrainConfig, ["--target-return", text]).target_return == value
+
+
+def test_minus_infinity_as_its_own_token_reaches_validation(capsys):
+    from rlkit.algorithms import ppo
+
+    with pytest.raises(SystemExit):
+        parse_config(ppo.PPOConfig, ["--lr", "-inf"])
+    assert "--lr must be finite" in capsys.readouterr().err

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import re
 import sys
 import types
 import typing
@@ -371,6 +372,21 @@ def _as_field_types(data: dict[str, Any], cls: type) -> dict[str, Any]:
     return data
 
 
+_NEGATIVE_VALUE = re.compile(r"^-(inf|infinity|nan|\d+\.?\d*(e[-+]?\d+)?|\.\d+(e[-+]?\d+)?)$", re.I)
+
+
+def _attach_negative_values(argv: list[str]) -> list[str]:
+    """``--flag -1e-3`` / ``--flag -inf`` as ``--flag=-1e-3``: argparse reads a token that
+    starts with ``-`` and is not a plain negative decimal as another option."""
+    out: list[str] = []
+    for token in argv:
+        if out and out[-1].startswith("--") and "=" not in out[-1] and _NEGATIVE_VALUE.match(token):
+            out[-1] = f"{out[-1]}={token}"
+        else:
+            out.append(token)
+    return out
+
+
 def resume_checkpoint_path(resume: str | None, run_dir: str | None) -> Path | None:
     """The checkpoint ``--resume`` names: ``<run-dir>/checkpoints/last.pt`` for ``last``."""
     if not resume:
@@ -453,7 +469,8 @@ def parse_config(
     from the config's own validation is reported the same way, before anything is built.
     """
     parser = build_parser(cls, description=description)
-    args = vars(parser.parse_args(sys.argv[1:] if argv is None else list(argv)))
+    argv = _attach_negative_values(sys.argv[1:] if argv is None else list(argv))
+    args = vars(parser.parse_args(argv))
     for name, value in args.items():  # "--hidden 64 64" and "--hidden 64,64" alike
         if isinstance(value, list):
             if any(part is None for part in value):  # "--adv-hidden none"
