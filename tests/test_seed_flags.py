@@ -43,3 +43,66 @@ def test_vtrace_recipes_have_vtrace_lambda_and_no_gae_lambda(algo, capsys):
 def test_gae_recipes_keep_gae_lambda(algo, capsys):
     assert _parse(algo, ["--gae-lambda", "0.9"]).gae_lambda == 0.9
     _refused(algo, ["--gae-lambda", "1.5"], "--gae-lambda must be in [0, 1]", capsys)
+
+
+# --------------------------------------------------------------------------- adaptive-KL lr
+
+
+def _kl_reference(lr, target, kls, *, kl_factor, lr_factor, lr_min, lr_max):
+    """rsl_rl / unilab's adaptive schedule, written out: the lr after each update phase."""
+    out = []
+    for kl in kls:
+        if kl > target * kl_factor:
+            lr = max(lr_min, lr / lr_factor)
+        elif kl < target / kl_factor:
+            lr = min(lr_max, lr * lr_factor)
+        out.append(lr)
+    return out
+
+
+KLS = [0.02, 0.013, 0.011, 0.005, 0.009] + [0.0] * 8 + [0.05] * 12
+
+
+def _learner(algo: str, argv: list[str]):
+    from rlkit.envs import make_env
+
+    cfg = _parse(algo, argv)
+    module = algorithms.load(algo)
+    return module.build(cfg, make_env(cfg.env, num_envs=cfg.num_envs, seed=cfg.seed))
+
+
+def test_kl_adaptive_lr_factors_and_bounds_are_flags():
+    """unilab's adaptive_kl_factor / adaptive_lr_factor (and the lr bounds) as flags, checked
+    against the rule written out, on PPO's learner."""
+    flags = ["--kl-factor", "1.2", "--kl-lr-factor", "1.1", "--kl-lr-min", "8e-4"]
+    flags += ["--kl-lr-max", "1.5e-3"]
+    learner = _learner("ppo", ["--lr-schedule", "kl", "--lr", "1e-3", *flags])
+    got = [learner.kl_lr.update(kl) for kl in KLS]
+    ref = _kl_reference(1e-3, 0.01, KLS, kl_factor=1.2, lr_factor=1.1, lr_min=8e-4, lr_max=1.5e-3)
+    assert got == pytest.approx(ref, rel=1e-12)
+    assert max(got) == pytest.approx(1.5e-3) and min(got) == pytest.approx(8e-4)
+    assert learner.apply_schedules(0.5)["lr"] == got[-1]
+
+
+def test_kl_adaptive_lr_defaults_are_the_former_constants():
+    learner = _learner("appo", ["--lr-schedule", "kl", "--lr", "3e-4"])
+    kl = learner.kl_lr
+    assert (kl.factor_kl, kl.factor_lr, kl.lr_min, kl.lr_max) == (2.0, 1.5, 1e-6, 1e-2)
+    got = [kl.update(x) for x in KLS]
+    ref = _kl_reference(3e-4, 0.01, KLS, kl_factor=2.0, lr_factor=1.5, lr_min=1e-6, lr_max=1e-2)
+    assert got == pytest.approx(ref, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--kl-factor", "0.5"], "--kl-factor must be >= 1"),
+        (["--kl-lr-factor", "0.9"], "--kl-lr-factor must be >= 1"),
+        (["--kl-lr-min", "0"], "--kl-lr-min must be > 0"),
+        (["--kl-lr-max", "-1"], "--kl-lr-max must be > 0"),
+        (["--lr-schedule", "kl", "--lr", "1e-3", "--kl-lr-max", "1e-4"], "raise --kl-lr-max"),
+        (["--lr-schedule", "kl", "--lr", "1e-5", "--kl-lr-min", "1e-4"], "lower --kl-lr-min"),
+    ],
+)
+def test_kl_adaptive_flags_refuse_bad_values(argv, message, capsys):
+    _refused("ppo", argv, message, capsys)

@@ -23,6 +23,7 @@ from rlkit.training import schedules
 from rlkit.training.config import TrainConfig, in_unit_interval, non_negative, positive
 from rlkit.training.engine import Context, Learner
 from rlkit.training.update import LossContractError, LossGroup, update_loop
+from rlkit.value.standardizer import RunningStandardizer
 
 
 def _help(text: str, **kw: Any) -> dict[str, Any]:
@@ -51,6 +52,30 @@ class PolicyGradientConfig(TrainConfig):
         default=0.0, metadata=_help("final learning rate of --lr-schedule linear")
     )
     kl_target: float = field(default=0.01, metadata=_help("KL target of --lr-schedule kl"))
+    kl_factor: float = field(
+        default=2.0,
+        metadata=_help(
+            "KL band of --lr-schedule kl: the lr falls when the KL exceeds kl-factor x "
+            "--kl-target and rises when it is below --kl-target / kl-factor (unilab's "
+            "adaptive_kl_factor; >= 1)"
+        ),
+    )
+    kl_lr_factor: float = field(
+        default=1.5,
+        metadata=_help(
+            "--lr-schedule kl divides or multiplies the lr by this (unilab's "
+            "adaptive_lr_factor; >= 1)"
+        ),
+    )
+    kl_lr_min: float = field(
+        default=1e-6, metadata=_help("lowest learning rate of --lr-schedule kl (<= --lr)")
+    )
+    kl_lr_max: float | None = field(
+        default=None,
+        metadata=_help(
+            "highest learning rate of --lr-schedule kl (>= --lr); none: max(10 x --lr, 1e-2)"
+        ),
+    )
     optimizer: str = field(
         default="adam", metadata=_help("adam or rmsprop", choices=("adam", "rmsprop"))
     )
@@ -64,6 +89,14 @@ class PolicyGradientConfig(TrainConfig):
     max_grad_norm: float = field(default=0.5, metadata=_help("gradient clipping norm (0: off)"))
     normalize_advantage: bool = field(
         default=True, metadata=_help("standardise advantages per minibatch")
+    )
+    running_advantage_norm: bool = field(
+        default=False,
+        metadata=_help(
+            "standardise advantages once per batch with the mean and std of all advantages "
+            "so far, carried across batches and checkpointed (pyrado's RunningStandardizer); "
+            "replaces --normalize-advantage, which must then be false"
+        ),
     )
     normalize_obs: bool = field(default=False, metadata=_help("running observation normalisation"))
     normalize_reward: bool = field(
@@ -93,8 +126,31 @@ class PolicyGradientConfig(TrainConfig):
                 f"(--num-envs {self.num_envs} x --rollout-steps {self.rollout_steps} = "
                 f"{self.batch_size}): lower it or collect more per batch"
             )
+        if self.running_advantage_norm and self.normalize_advantage:
+            raise ValueError(
+                "--running-advantage-norm replaces the per-minibatch standardisation, which "
+                "would undo it: add --normalize-advantage false"
+            )
         if self.lr_schedule == "kl" and self.kl_target <= 0:
             raise ValueError(f"--kl-target must be > 0, got {self.kl_target}")
+        positive(self, "kl_lr_min", "kl_lr_max")
+        for name in ("kl_factor", "kl_lr_factor"):
+            if getattr(self, name) < 1:
+                flag = "--" + name.replace("_", "-")
+                raise ValueError(
+                    f"{flag} must be >= 1 (the KL band and the lr step are target x factor "
+                    f"and lr x factor; below 1 they invert), got {getattr(self, name)}"
+                )
+        if self.lr_schedule == "kl" and self.kl_lr_min > self.lr:
+            raise ValueError(
+                f"--kl-lr-min {self.kl_lr_min} is above --lr {self.lr}: the adaptive learning "
+                "rate starts at --lr inside [--kl-lr-min, --kl-lr-max]; lower --kl-lr-min"
+            )
+        if self.lr_schedule == "kl" and self.kl_lr_ceiling < self.lr:
+            raise ValueError(
+                f"--kl-lr-max {self.kl_lr_max} is below --lr {self.lr}: the adaptive learning "
+                "rate starts at --lr inside [--kl-lr-min, --kl-lr-max]; raise --kl-lr-max"
+            )
         if not self.hidden or any(h <= 0 for h in self.hidden):
             raise ValueError(f"--hidden needs positive layer sizes, got {self.hidden}")
 
@@ -102,6 +158,12 @@ class PolicyGradientConfig(TrainConfig):
         if not self.normalize_reward:
             return {}
         return {"normalize_reward": True, "gamma": self.gamma}
+
+    @property
+    def kl_lr_ceiling(self) -> float:
+        """Highest learning rate of ``--lr-schedule kl``: ``--kl-lr-max``, or
+        ``max(10 lr, 1e-2)`` when none."""
+        return max(self.lr * 10, 1e-2) if self.kl_lr_max is None else self.kl_lr_max
 
     @property
     def batch_size(self) -> int:
@@ -201,13 +263,43 @@ class PolicyGradientLearner(Learner):
         self.nets = nn.ModuleDict({"actor": actor, "critic": critic})
         if obs_norm is not None:
             self.nets["obs_norm"] = obs_norm
+        self.adv_norm = self._running_advantage_norm(cfg)
         params = {id(p): p for p in self.nets.parameters()}.values()  # shared trunks once
         self.optimizer = make_optimizer(cfg, params)
         self.kl_lr = (
-            schedules.KLAdaptiveLR(lr=cfg.lr, target=cfg.kl_target, lr_max=max(cfg.lr * 10, 1e-2))
+            schedules.KLAdaptiveLR(
+                lr=cfg.lr,
+                target=cfg.kl_target,
+                lr_min=cfg.kl_lr_min,
+                lr_max=cfg.kl_lr_ceiling,
+                factor_kl=cfg.kl_factor,
+                factor_lr=cfg.kl_lr_factor,
+            )
             if cfg.lr_schedule == "kl"
             else None
         )
+
+    #: whether :meth:`update` standardises with ``--running-advantage-norm``; ``None``: when
+    #: the learner keeps the shared :meth:`update` (a subclass whose update calls it sets True)
+    supports_running_advantage_norm: bool | None = None
+
+    def _running_advantage_norm(self, cfg) -> RunningStandardizer | None:
+        """The running advantage standardiser of ``--running-advantage-norm`` (a module, so
+        checkpoints keep its statistics), or None."""
+        if not getattr(cfg, "running_advantage_norm", False):
+            return None
+        supported = self.supports_running_advantage_norm
+        if supported is None:
+            supported = type(self).update is PolicyGradientLearner.update
+        if not supported:
+            raise ValueError(
+                f"--running-advantage-norm is not supported by {self.algo}, whose update "
+                "standardises its advantages its own way: drop the flag (ppo, a2c and appo "
+                "support it)"
+            )
+        norm = RunningStandardizer()
+        self.nets["adv_norm"] = norm
+        return norm
 
     # ---------------------------------------------------------------- Learner interface
     def modules(self) -> dict[str, nn.Module]:
@@ -278,6 +370,8 @@ class PolicyGradientLearner(Learner):
         sched = self.apply_schedules(ctx.progress)
         with torch.no_grad():
             self.estimator(batch)
+            if self.adv_norm is not None:  # every rank's advantages: the same statistics
+                self.adv_norm(batch, samples=ctx.all_gather(batch.get(keys.ADVANTAGE)))
         flat = batch.reshape(-1)
         result = update_loop(self.loss_groups(), flat, ctx, minibatches=self._minibatches)
         self.after_update(batch, result, ctx)
