@@ -66,6 +66,15 @@ CASES: dict[str, tuple[str, str, int]] = {
         "--hidden 32 32",
         3,
     ),
+    # running advantage standardisation (pyrado's RunningStandardizer): its statistics of
+    # three batches' advantages come back and standardise the saved batch identically
+    "ppo-running-adv": (
+        "ppo",
+        "--env CartPole-v1 --total-frames 2000 --num-envs 4 --rollout-steps 16 --epochs 2 "
+        "--minibatch-size 16 --running-advantage-norm true --normalize-advantage false "
+        "--hidden 32 32",
+        3,
+    ),
     # saved at phase iteration 3 of 4 (three batches in the auxiliary buffer, one auxiliary
     # phase behind it): the update on the saved batch runs the next auxiliary phase on the
     # restored buffer, with its own optimiser and minibatches of rollouts
@@ -299,10 +308,12 @@ def _check_coverage(case: str, saved: Mapping[str, Any], after: Mapping[str, Any
     assert saved["counters"]["updates"] > 0 and all(
         o["state"] for o in saved["optimizers"].values()
     )
-    if algo in ("ppo", "ppg", "appo"):
+    if case in ("ppo", "ppg", "appo"):
         assert "obs_norm" in saved["modules"]
-    if algo == "ppo":
+    if case == "ppo":
         assert "reward_norm" in saved["modules"]
+    if case == "ppo-running-adv":  # three batches of 64 advantages
+        assert saved["modules"]["adv_norm"]["stats.count"] == 192
     if algo == "ppg":  # saved mid-cycle; the update ran the auxiliary phase
         assert state["phase_iteration"] == 3 and "aux/lr" in after["metrics"]
     if algo == "appo":

@@ -47,6 +47,8 @@ class APPOLearner(PolicyGradientLearner):
     ``target_actor`` is ``loss.target_actor.module``. ``modules()`` adds the target network
     (parameters and step count) so checkpoints and resumes keep it."""
 
+    supports_running_advantage_norm = True  # its update runs the shared one
+
     def __init__(
         self,
         *,

@@ -2,14 +2,17 @@
 
 ``gae``, ``vtrace``, ``td_lambda`` and ``non_episodic_gae`` take tensors; ``GAE``, ``VTrace``,
 ``TDLambda`` and ``TwinGAE`` (RND-PPO's two streams) read
-and write a collector batch's keys. See ``docs/value.md`` for the maths.
+and write a collector batch's keys; ``RunningStandardizer`` standardises their advantages
+with statistics carried across batches. See ``docs/value.md`` for the maths.
 """
 
 from rlkit.value.estimators import GAE, VTRACE_RHO, TDLambda, TwinGAE, VTrace
 from rlkit.value.functional import gae, non_episodic_gae, td_lambda, vtrace
+from rlkit.value.standardizer import RunningStandardizer
 
 __all__ = [
     "GAE",
+    "RunningStandardizer",
     "TDLambda",
     "TwinGAE",
     "VTRACE_RHO",
