@@ -62,6 +62,7 @@ NOT_DRAWN = frozenset(
         "num_nodes",
         "threads",
         "video",
+        "video_every",  # renders GIFs: slow, and covered by tests/test_run_dir.py
         "progress",
         "overwrite",
     }

@@ -331,3 +331,33 @@ def test_a_failing_video_warns_and_keeps_the_results(ppo, tmp_path, monkeypatch,
     err = capsys.readouterr().err
     assert "warning: could not record eval.gif (RuntimeError: no renderer here)" in err
     assert "second line" not in err
+
+
+def test_snapshot_best_keeps_the_checkpoint_of_the_best_evaluation(ppo, tmp_path):
+    import csv
+
+    from rlkit.training import checkpoint as ckpt
+
+    run_dir = tmp_path / "run"
+    ppo.main(
+        [*TINY, *QUIET, "--total-frames", "512", "--eval-every", "64", "--snapshot-best"]
+        + ["--run-dir", str(run_dir)]
+    )
+    rows = list(csv.DictReader((run_dir / "eval.csv").open()))
+    returns = [float(r["return_mean"]) for r in rows]
+    first_best = int(rows[returns.index(max(returns))]["frames"])  # ties: the earliest
+    best = ckpt.load(run_dir / "checkpoints" / "best.pt")
+    assert best["counters"]["frames"] == first_best
+    assert best["counters"]["best_eval_return"] == max(returns)
+
+
+def test_video_every_and_log_scalars_false(ppo, tmp_path):
+    run_dir = tmp_path / "run"
+    ppo.main(
+        [*TINY, *QUIET, "--total-frames", "256", "--eval-every", "64", "--video-every", "128"]
+        + ["--log-scalars", "false", "--run-dir", str(run_dir)]
+    )
+    videos = sorted(p.name for p in (run_dir / "videos").iterdir())
+    assert videos == ["eval_000000000128.gif", "eval_000000000256.gif"]
+    assert not (run_dir / "metrics.csv").exists()
+    assert (run_dir / "eval.csv").is_file() and (run_dir / "curve.png").is_file()

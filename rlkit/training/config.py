@@ -111,6 +111,27 @@ class TrainConfig:
     num_nodes: int = field(default=1, metadata=_help("number of nodes (multi-node DDP)"))
     threads: int = field(default=1, metadata=_help("torch CPU threads per process"))
     video: bool = field(default=False, metadata=_help("save a GIF of one evaluation episode"))
+    video_every: int = field(
+        default=0,
+        metadata=_help(
+            "also save videos/eval_<frames>.gif at the first evaluation after every this many "
+            "frames (RLlib's render_freq; 0: only eval.gif at the end, with --video)"
+        ),
+    )
+    snapshot_best: bool = field(
+        default=False,
+        metadata=_help(
+            "keep checkpoints/best.pt: the checkpoint of the best evaluation so far (pyrado's "
+            "snapshot_mode on a new highscore)"
+        ),
+    )
+    log_scalars: bool = field(
+        default=True,
+        metadata=_help(
+            "write training metrics (metrics.csv, TensorBoard); false: only evaluations, "
+            "checkpoints and the summary (RLlib's log_scalars)"
+        ),
+    )
     progress: bool = field(
         default=True,
         metadata=_help(
@@ -129,7 +150,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         _positive(self, "total_frames", "num_envs", "eval_episodes", "num_nodes", "threads")
         _positive(self, "log_every", "eval_max_steps")
-        _non_negative(self, "eval_every", "checkpoint_every", "seed")
+        _non_negative(self, "eval_every", "checkpoint_every", "seed", "video_every")
         if self.target_return is not None and not math.isfinite(self.target_return):
             raise ValueError(
                 f"--target-return must be a finite return, got {self.target_return} (use none "
@@ -329,6 +350,9 @@ RESUME_SAFE = LAUNCH_FIELDS | {
     "log_every",
     "progress",
     "video",
+    "video_every",
+    "snapshot_best",
+    "log_scalars",
     "threads",
     "save_buffer",
 }

@@ -106,6 +106,8 @@ class Counters:
     solved_seconds: float | None = None
     last_eval_frames: int = 0
     last_checkpoint_frames: int = 0
+    last_video_frames: int = 0
+    best_eval_return: float | None = None
 
     def state_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -444,16 +446,18 @@ def _stderr(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def _try_video(env_id: str, learner: Learner, run_dir: Path, deterministic: bool, print_fn):
-    """``eval.gif`` of one evaluation episode; an optional extra, so a failure warns in one
-    line and the run keeps its results."""
+def _try_video(
+    env_id: str, learner: Learner, run_dir: Path, deterministic: bool, print_fn, name="eval.gif"
+):
+    """``<run-dir>/<name>``: a GIF of one evaluation episode; an optional extra, so a failure
+    warns in one line and the run keeps its results."""
     from rlkit.training.evaluation import record_gif
 
     try:
-        record_gif(env_id, learner.eval_policy(), run_dir / "eval.gif", deterministic=deterministic)
+        record_gif(env_id, learner.eval_policy(), run_dir / name, deterministic=deterministic)
     except Exception as err:
         text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        print_fn(f"warning: could not record eval.gif ({type(err).__name__}: {text})")
+        print_fn(f"warning: could not record {name} ({type(err).__name__}: {text})")
 
 
 def _agree(fabric, shared, check: Callable[[], Any]):
@@ -624,6 +628,7 @@ class Engine:
             total_frames=cfg.total_frames,
             enabled=rank == 0,
             progress=cfg.progress,
+            scalars=cfg.log_scalars,
             resume_frames=counters.frames if resume_path is not None else None,
         )
         if rank == 0:
@@ -772,6 +777,21 @@ class _LoopState:
         target = self.cfg.target_return
         if target is not None and mean >= target and c.solved_frames is None:
             c.solved_frames, c.solved_seconds = c.frames, c.train_seconds
+        if self.cfg.snapshot_best and (c.best_eval_return is None or mean > c.best_eval_return):
+            c.best_eval_return = mean
+            self.save_checkpoint(snapshot=False, names=("best.pt",))
+        every = self.cfg.video_every
+        if every and c.frames - c.last_video_frames >= every:
+            c.last_video_frames = c.frames
+            if self.is_zero:
+                _try_video(
+                    self.cfg.eval_env or self.cfg.env,
+                    self.learner,
+                    self.run_dir,
+                    self.cfg.eval_deterministic,
+                    print_fn=self.log.progress.message,
+                    name=f"videos/eval_{c.frames:012d}.gif",
+                )
         return mean, std
 
     def maybe_evaluate(self) -> bool:
@@ -788,7 +808,7 @@ class _LoopState:
             c.last_checkpoint_frames = c.frames
             self.save_checkpoint(snapshot=not force)
 
-    def save_checkpoint(self, *, snapshot: bool) -> None:
+    def save_checkpoint(self, *, snapshot: bool, names: tuple[str, ...] = ("last.pt",)) -> None:
         modules = self.learner.modules()
         if not ckpt.all_finite(modules):
             raise NonFiniteError(f"non-finite parameters at {self.counters.frames:,} frames")
@@ -804,7 +824,7 @@ class _LoopState:
         payload["save_id"] = f"{self.save_token}:{self.counters.frames}"
         rank = self.fabric.global_rank
         folder = self.run_dir / "checkpoints"
-        paths = [folder / "last.pt"]
+        paths = [folder / name for name in names]
         if snapshot:
             paths.append(folder / f"frames_{self.counters.frames:012d}.pt")
         for path in paths:

@@ -6,10 +6,11 @@ Layout of ``<run-dir>``::
     metrics.csv      training metrics, one row per logged batch, x-axis ``frames``
     eval.csv         evaluation results: frames, train_seconds, return_mean, return_std
     tb/              TensorBoard events (when tensorboard is installed)
-    checkpoints/     last.pt and snapshots
+    checkpoints/     last.pt, snapshots and best.pt (with --snapshot-best)
     curve.png        learning curve (evaluation and training episode returns vs frames)
     summary.json     final figures of the run
     eval.gif         an evaluation episode (with --video)
+    videos/          eval_<frames>.gif every --video-every frames
     .lock            held by the live process of the run (see :class:`RunDirLock`)
 
 A run owns its directory: a new run refuses a directory that holds another run's files
@@ -270,8 +271,9 @@ class RunLog:
         enabled: bool,
         progress: bool,
         resume_frames: int | None = None,
+        scalars: bool = True,
     ) -> None:
-        self.run_dir, self.enabled = run_dir, enabled
+        self.run_dir, self.enabled, self.scalars = run_dir, enabled, scalars
         self.progress = Progress(
             total_frames, enabled=enabled, bar=progress, start=resume_frames or 0
         )
@@ -283,7 +285,7 @@ class RunLog:
         self.tb = _tensorboard(run_dir)
 
     def log(self, frames: int, metrics: Mapping[str, float]) -> None:
-        if not self.enabled:
+        if not (self.enabled and self.scalars):
             return
         row = {"frames": frames, **{k: _clean(v) for k, v in metrics.items()}}
         self.metrics.write(row)
