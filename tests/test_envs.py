@@ -165,7 +165,12 @@ _BOX = spaces.Box(-1.0, 1.0, (3,), np.float32)
 _SPACES = {
     "MultiDiscreteAction": (_BOX, spaces.MultiDiscrete([2, 3])),
     "MultiBinaryAction": (_BOX, spaces.MultiBinary(3)),
-    "DictObs": (spaces.Dict({"a": _BOX}), spaces.Discrete(2)),
+    "NestedDictObs": (spaces.Dict({"a": spaces.Dict({"b": _BOX})}), spaces.Discrete(2)),
+    "RewardNamedObs": (spaces.Dict({"reward": _BOX}), spaces.Discrete(2)),
+    "Float64DictObs": (
+        spaces.Dict({"a": spaces.Box(-1.0, 1.0, (3,), np.float64), "b": spaces.Discrete(4)}),
+        spaces.Discrete(2),
+    ),
     "TupleObs": (spaces.Tuple((_BOX, _BOX)), spaces.Discrete(2)),
     "ShiftedDiscrete": (_BOX, spaces.Discrete(3, start=1)),
     "Float64Obs": (spaces.Box(-1.0, 1.0, (3,), np.float64), spaces.Discrete(2)),
@@ -183,7 +188,6 @@ for _name, (_obs, _act) in _SPACES.items():
     [
         ("MultiDiscreteAction", "MultiDiscrete"),
         ("MultiBinaryAction", "MultiBinary"),
-        ("DictObs", "Dict"),
         ("TupleObs", "Tuple"),
         ("ShiftedDiscrete", "start=1"),
     ],
@@ -192,6 +196,28 @@ def test_unsupported_spaces_named(name, space):
     env_id = f"rlkit-test/{name}-v0"
     with pytest.raises(ValueError, match=rf"'{env_id}' has (observation|action) space .*{space}"):
         make_env(env_id)
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("NestedDictObs", r"Dict observation entry 'a' of space Dict\(.*supports Box and"),
+        ("RewardNamedObs", r"Dict observation entry named 'reward', a key the env writes"),
+    ],
+)
+def test_unsupported_dict_entries_named(name, message):
+    with pytest.raises(ValueError, match=rf"^'rlkit-test/{name}-v0' has .*{message}"):
+        make_env(f"rlkit-test/{name}-v0")
+
+
+def test_dict_entries_get_their_own_keys_float32():
+    env = make_env("rlkit-test/Float64DictObs-v0", num_envs=2, seed=0)
+    td = env.rollout(3)
+    assert td["a"].dtype == td["next", "a"].dtype == torch.float32 and td["a"].shape == (2, 3, 3)
+    assert td["b"].dtype == torch.int64 and td["b"].shape == (2, 3)
+    assert keys.OBSERVATION not in td
+    with pytest.raises(ValueError, match=r"Dict observations \['a', 'b'\]; observation norm"):
+        make_env("rlkit-test/Float64DictObs-v0", normalize_obs=True)
 
 
 def test_float64_observations_become_float32():

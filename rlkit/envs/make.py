@@ -87,13 +87,31 @@ def _check_env_id(env_id: str) -> None:
         ) from err
 
 
+#: Names a Dict observation entry may not take: the TensorDict keys the env and its
+#: transforms write besides the observation.
+_RESERVED_OBS_NAMES = (
+    keys.NEXT,
+    keys.ACTION,
+    keys.REWARD[-1],
+    keys.DONE[-1],
+    keys.TERMINATED[-1],
+    "truncated",
+    keys.EPISODE_RETURN_NAME,
+    keys.STEP_COUNT_NAME,
+    "_reset",
+)
+
+
 def _check_spaces(env_id: str, venv: gymnasium.vector.VectorEnv) -> None:
     obs_space, act_space = venv.single_observation_space, venv.single_action_space
-    if not isinstance(obs_space, spaces.Box | spaces.Discrete):
+    if isinstance(obs_space, spaces.Dict):
+        _check_dict_space(env_id, obs_space)
+    elif not isinstance(obs_space, spaces.Box | spaces.Discrete):
         raise ValueError(
-            f"{env_id!r} has observation space {obs_space}; make_env supports Box and "
-            "Discrete observations (flatten Dict/Tuple observations with a gymnasium "
-            "wrapper such as gymnasium.wrappers.FlattenObservation, passed in wrappers=)"
+            f"{env_id!r} has observation space {obs_space}; make_env supports Box, Discrete "
+            "and Dict-of-Box/Discrete observations (flatten Tuple or nested observations "
+            "with a gymnasium wrapper such as gymnasium.wrappers.FlattenObservation, passed "
+            "in wrappers=)"
         )
     if not isinstance(act_space, spaces.Box | spaces.Discrete):
         raise ValueError(
@@ -105,6 +123,25 @@ def _check_spaces(env_id: str, venv: gymnasium.vector.VectorEnv) -> None:
             f"{env_id!r} has action space {act_space} with start={act_space.start}; "
             "make_env supports Discrete actions numbered from 0"
         )
+
+
+def _check_dict_space(env_id: str, obs_space: spaces.Dict) -> None:
+    """A flat Dict of Box / Discrete entries whose names do not collide with the env's keys."""
+    if not obs_space.spaces:
+        raise ValueError(f"{env_id!r} has an empty Dict observation space")
+    for name, entry in obs_space.spaces.items():
+        if not isinstance(entry, spaces.Box | spaces.Discrete):
+            raise ValueError(
+                f"{env_id!r} has Dict observation entry {name!r} of space {entry}; make_env "
+                "supports Box and Discrete entries (flatten nested ones with a gymnasium "
+                "wrapper passed in wrappers=)"
+            )
+        if name in _RESERVED_OBS_NAMES:
+            raise ValueError(
+                f"{env_id!r} has a Dict observation entry named {name!r}, a key the env "
+                f"writes itself ({', '.join(map(repr, _RESERVED_OBS_NAMES))} are taken): "
+                "rename it with a gymnasium wrapper"
+            )
 
 
 def _make_vector_env(
@@ -174,6 +211,12 @@ def make_env(
     - ``observation`` / ``("next", "observation")`` ``[N, *O]`` float32 (or int64 ``[N]``
       for a Discrete observation space); the ``"next"`` one is the true observation
       reached, also at done steps, never the reset observation.
+    - a ``Dict`` observation space (of Box / Discrete entries) writes each entry under its
+      own key instead (``"position"``, ``("next", "position")``, ...; float64 entries cast
+      to float32), so an actor and a critic can read different entries
+      (``make_actor(..., obs_key="position")``, ``make_value(..., obs_key="velocity")``).
+      Entry names may not be keys the env writes (``"reward"``, ``"done"``, ...), and
+      ``normalize_obs`` applies to a single Box observation only.
     - ``("next", "reward")`` ``[N, 1]`` float32.
     - ``("next", "terminated" | "truncated" | "done")`` ``[N, 1]`` bool; truncation comes
       from gymnasium's ``TimeLimit`` (``max_episode_steps``).
@@ -255,10 +298,18 @@ def _transforms(
     gamma: float,
 ) -> list[Transform]:
     """Float casts, optional observation normaliser, return and step trackers, reward norm."""
-    obs_spec = base.observation_spec[keys.OBSERVATION]
+    obs_keys = list(base.observation_spec.keys(True, True))
     transforms: list[Transform] = []
-    if obs_spec.dtype == torch.float64:
-        transforms.append(DoubleToFloat(in_keys=[keys.OBSERVATION]))
+    doubles = [k for k in obs_keys if base.observation_spec[k].dtype == torch.float64]
+    if doubles:
+        transforms.append(DoubleToFloat(in_keys=doubles))
+    if (obs_norm is not None or normalize_obs) and obs_keys != [keys.OBSERVATION]:
+        raise ValueError(
+            f"{env_id!r} has Dict observations {[str(k) for k in obs_keys]}; "
+            "observation normalisation applies to a single Box observation: append "
+            "rlkit.modules.ObservationNorm(shape, key=...) per entry to the env yourself"
+        )
+    obs_spec = base.observation_spec[obs_keys[0]]
     if obs_norm is not None or normalize_obs:
         if not obs_spec.dtype.is_floating_point:
             raise ValueError(
@@ -326,15 +377,17 @@ def check_same_spaces(train_env: EnvBase, eval_env: EnvBase, *, train_id: str, e
     spec must be equal (kind, shape, dtype and bounds); batch sizes may differ.
     """
     tb, eb = len(train_env.batch_size), len(eval_env.batch_size)
-    to, eo = (
-        train_env.observation_spec[keys.OBSERVATION],
-        eval_env.observation_spec[keys.OBSERVATION],
-    )
     problems = []
-    if to.shape[tb:] != eo.shape[eb:] or to.dtype != eo.dtype:
-        problems.append(
-            f"observations {list(to.shape[tb:])} {to.dtype} vs {list(eo.shape[eb:])} {eo.dtype}"
-        )
+    train_keys, eval_keys = _observation_keys(train_env), _observation_keys(eval_env)
+    if train_keys != eval_keys:
+        problems.append(f"observation keys {train_keys} vs {eval_keys}")
+    for key in train_keys if train_keys == eval_keys else ():
+        to, eo = train_env.observation_spec[key], eval_env.observation_spec[key]
+        if to.shape[tb:] != eo.shape[eb:] or to.dtype != eo.dtype:
+            name = "observations" if key == keys.OBSERVATION else f"observation {key!r}"
+            problems.append(
+                f"{name} {list(to.shape[tb:])} {to.dtype} vs {list(eo.shape[eb:])} {eo.dtype}"
+            )
     ta, ea = train_env.action_spec, eval_env.action_spec
     ta, ea = ta[(0,) * tb] if tb else ta, ea[(0,) * eb] if eb else ea
     if ta != ea:
@@ -345,6 +398,12 @@ def check_same_spaces(train_env: EnvBase, eval_env: EnvBase, *, train_id: str, e
             + "; ".join(problems)
             + ". Evaluate on a task with the same observation and action spaces, or drop --eval-env"
         )
+
+
+def _observation_keys(env: EnvBase) -> list:
+    """The base env's observation keys: ``["observation"]``, or a Dict space's entries."""
+    base = env.base_env if isinstance(env, TransformedEnv) else env
+    return sorted(base.observation_spec.keys(True, True), key=str)
 
 
 def _find_transform(env: EnvBase, cls: type[Transform]) -> Any:
