@@ -106,3 +106,72 @@ def test_kl_adaptive_lr_defaults_are_the_former_constants():
 )
 def test_kl_adaptive_flags_refuse_bad_values(argv, message, capsys):
     _refused("ppo", argv, message, capsys)
+
+
+# --------------------------------------------------------------------------- off-policy lr
+
+
+def _at(frames: int, total: int):
+    from types import SimpleNamespace
+
+    import torch
+
+    from rlkit.training.engine import Context, Counters
+
+    fabric = SimpleNamespace(device=torch.device("cpu"), world_size=1)
+    return Context(fabric, total, Counters(frames=frames))
+
+
+def test_sac_linear_lr_schedule_scales_every_rate_from_the_frame_counter():
+    """pyrado's lr_scheduler for SAC: critic lr from --lr to --lr-final over the budget,
+    the actor's and the temperature's rates in the same ratio."""
+    argv = ["--total-frames", "1000", "--lr", "1e-3", "--actor-lr", "5e-4"]
+    argv += ["--alpha-lr", "2e-3", "--lr-schedule", "linear", "--lr-final", "1e-4"]
+    learner = _learner("sac", argv)
+    for frames in (0, 250, 600, 1000, 1200):
+        p = min(frames / 1000, 1.0)
+        lr = 1e-3 + (1e-4 - 1e-3) * p
+        assert learner.apply_lr_schedule(_at(frames, 1000).progress) == pytest.approx(lr)
+        ratio = lr / 1e-3
+        assert learner.critic_optimizer.param_groups[0]["lr"] == pytest.approx(lr)
+        actor, alpha = learner.actor_optimizer.param_groups
+        assert actor["lr"] == pytest.approx(5e-4 * ratio)
+        assert alpha["lr"] == pytest.approx(2e-3 * ratio)
+
+
+def test_dqn_linear_lr_schedule_in_the_update_and_on_resume():
+    """The schedule is applied in the update from the engine's frame counter: a fresh
+    learner (a resumed run) at the same counter steps at the same rate."""
+    from tests.test_offpolicy import SMALL_DQN, Rig
+
+    dqn = algorithms.load("dqn")
+    cfg = dqn.DQNConfig(**SMALL_DQN, lr_schedule="linear", lr_final=1e-4)
+    rig = Rig(dqn, cfg)
+    metrics = {}
+    while "lr" not in metrics:
+        frames = rig.ctx.counters.frames
+        metrics = rig.step()
+    expected = cfg.lr + (1e-4 - cfg.lr) * frames / cfg.total_frames
+    assert metrics["lr"] == pytest.approx(expected)
+    assert rig.learner.optimizer.param_groups[0]["lr"] == pytest.approx(expected)
+    rig.close()
+    resumed = Rig(dqn, cfg)
+    resumed.ctx.counters.frames = 500
+    metrics = {}
+    while "lr" not in metrics:
+        frames = resumed.ctx.counters.frames
+        metrics = resumed.step()
+    assert metrics["lr"] == pytest.approx(cfg.lr + (1e-4 - cfg.lr) * frames / 1000)
+    resumed.close()
+
+
+def test_offpolicy_constant_schedule_leaves_the_rates_alone():
+    learner = _learner("sac", ["--actor-lr", "5e-4"])
+    learner.apply_lr_schedule(0.7)
+    assert [g["lr"] for g in learner.actor_optimizer.param_groups] == [5e-4, 1e-3]
+
+
+@pytest.mark.parametrize("algo", ["sac", "dqn"])
+def test_offpolicy_lr_schedule_flags_refuse_bad_values(algo, capsys):
+    _refused(algo, ["--lr-final", "-1e-3"], "--lr-final must be >= 0", capsys)
+    _refused(algo, ["--lr-schedule", "kl"], "--lr-schedule", capsys)

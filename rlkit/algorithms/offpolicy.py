@@ -109,6 +109,22 @@ class OffPolicyConfig(TrainConfig):
     n_steps: int = field(default=1, metadata=_help("n-step returns (1: one-step TD)"))
     gamma: float = field(default=0.99, metadata=_help("discount factor"))
     lr: float = field(default=1e-3, metadata=_help("learning rate"))
+    lr_schedule: str = field(
+        default="constant",
+        metadata=_help(
+            "constant, or linear to --lr-final over the frame budget, set before every "
+            "gradient step from the frame counter (pyrado's lr_scheduler); every optimiser "
+            "alike (SAC's actor and temperature rates in proportion)",
+            choices=("constant", "linear"),
+        ),
+    )
+    lr_final: float = field(
+        default=0.0,
+        metadata=_help(
+            "final learning rate of --lr-schedule linear (SAC: of the critics; the actor's "
+            "and the temperature's fall in the same ratio)"
+        ),
+    )
     adam_eps: float = field(default=1e-8, metadata=_help("Adam epsilon"))
     max_grad_norm: float = field(default=0.0, metadata=_help("gradient clipping norm (0: off)"))
     standardize_reward: bool = field(
@@ -133,7 +149,7 @@ class OffPolicyConfig(TrainConfig):
         finite_floats(self)
         positive(self, "steps_per_batch", "utd_ratio", "batch_size", "buffer_size", "n_steps")
         positive(self, "lr", "adam_eps", "priority_eps", "reward_scale")
-        non_negative(self, "learning_starts", "max_grad_norm")
+        non_negative(self, "learning_starts", "max_grad_norm", "lr_final")
         in_unit_interval(self, "gamma", "priority_beta")
         in_unit_interval(self, "priority_alpha", closed_low=False)
         if self.priority_weight_norm not in PRIORITY_WEIGHT_NORMS:
@@ -192,6 +208,11 @@ class OffPolicyLearner(Learner):
         self.algo, self.cfg = algo, cfg
         self.nets = nn.ModuleDict(dict(nets))
         self._optimizers = dict(optimizers)
+        # each parameter group's rate at --lr (SAC: actor and temperature groups have their
+        # own); --lr-schedule linear scales all of them by lr(t) / lr
+        self._base_lrs = {
+            name: [group["lr"] for group in opt.param_groups] for name, opt in optimizers.items()
+        }
         self.explore = EpsilonExploration(
             policy, action_spec, epsilon=self.exploration_epsilon(0, 0)
         )
@@ -310,6 +331,24 @@ class OffPolicyLearner(Learner):
         sample.set(keys.REWARD, reward)
         return sample
 
+    def scheduled_lr(self, progress: float) -> float:
+        """``--lr`` at ``progress`` (frames / budget) under ``--lr-schedule``."""
+        cfg = self.cfg
+        if cfg.lr_schedule == "linear":
+            return schedules.linear(cfg.lr, cfg.lr_final, progress)
+        return cfg.lr
+
+    def apply_lr_schedule(self, progress: float) -> float:
+        """Set every optimiser's rates for ``progress``: each parameter group at its own
+        rate times ``lr(t) / lr``. A pure function of the frame counter, so a resumed run
+        continues the schedule exactly."""
+        lr = self.scheduled_lr(progress)
+        ratio = lr / self.cfg.lr
+        for name, opt in self._optimizers.items():
+            for group, base in zip(opt.param_groups, self._base_lrs[name], strict=True):
+                group["lr"] = base * ratio
+        return lr
+
     def update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
         cfg = self.cfg
         replay = self._replay(ctx)
@@ -327,6 +366,8 @@ class OffPolicyLearner(Learner):
             if cfg.prioritized:
                 replay.sampler.beta = schedules.linear(cfg.priority_beta, 1.0, ctx.progress)
             for sample in replay.minibatches(steps, cfg.batch_size):
+                if cfg.lr_schedule != "constant":
+                    stats.add({"lr": self.apply_lr_schedule(ctx.progress)})
                 info = self.train_step(self.prepare(sample), ctx)
                 td_error = info.pop(TD_ERROR, None)
                 if cfg.prioritized:
