@@ -51,7 +51,7 @@ from rlkit import keys
 from rlkit.modules.compat import check_env_compat
 from rlkit.modules.normalization import ObservationNorm, RewardNorm
 
-__all__ = ["UnsupportedEnvError", "VectorEnvCollector", "make_collector"]
+__all__ = ["UnsupportedEnvError", "VectorEnvCollector", "make_collector", "rollout_steps_for"]
 
 _log = logging.getLogger(__name__)
 
@@ -569,3 +569,32 @@ def make_collector(
         exploration_type=exploration_type,
         auto_register_policy_transforms=False,
     )
+
+
+def rollout_steps_for(min_episodes: int, *, num_envs: int, max_episode_steps: int) -> int:
+    r"""The fewest steps per env that guarantee ``min_episodes`` complete episodes per batch.
+
+    pyrado's ``min_rollouts``: rlkit's batch is a fixed ``[num_envs, T]`` block whose rows
+    continue the envs' episodes across batches (partial episodes bootstrap), so instead of
+    collecting until enough episodes ended, size ``T`` (``--rollout-steps``) so that every
+    batch holds them. A row of ``T`` steps may open with the tail of an episode that began in
+    the previous batch (up to ``L - 1`` steps, ``L = max_episode_steps``) and every episode
+    lasts at most ``L`` steps, so it holds at least :math:`\lfloor (T - L + 1)/L \rfloor`
+    complete episodes (first and last step inside the row); ``num_envs`` rows hold
+    ``min_episodes`` when each holds :math:`k = \lceil \text{min\_episodes}/\text{num\_envs}
+    \rceil`, i.e. :math:`T = (k + 1) L - 1` (the least such T: one step fewer, and an
+    unlucky start leaves a row with ``k - 1``).
+
+    Example:
+        >>> rollout_steps_for(8, num_envs=4, max_episode_steps=500)  # CartPole-v1: L = 500
+        1499
+    """
+    for name, value in (
+        ("min_episodes", min_episodes),
+        ("num_envs", num_envs),
+        ("max_episode_steps", max_episode_steps),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"rollout_steps_for: {name} must be an int >= 1, got {value!r}")
+    per_env = -(-min_episodes // num_envs)
+    return (per_env + 1) * max_episode_steps - 1
