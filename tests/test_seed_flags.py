@@ -175,3 +175,49 @@ def test_offpolicy_constant_schedule_leaves_the_rates_alone():
 def test_offpolicy_lr_schedule_flags_refuse_bad_values(algo, capsys):
     _refused(algo, ["--lr-final", "-1e-3"], "--lr-final must be >= 0", capsys)
     _refused(algo, ["--lr-schedule", "kl"], "--lr-schedule", capsys)
+
+
+# --------------------------------------------------------------------------- --lr-decay-frames
+
+
+@pytest.mark.parametrize(("algo", "decay"), [("ppo", 4000), ("daac", 4000), ("ppo", 15000)])
+def test_onpolicy_linear_lr_decays_over_lr_decay_frames_then_holds(algo, decay):
+    """RLlib's decay_steps: the linear decay spans --lr-decay-frames, then the final rate
+    holds; reference: numpy's piecewise-linear interpolation."""
+    import numpy as np
+
+    argv = ["--total-frames", "10000", "--lr", "1e-3", "--lr-final", "1e-4"]
+    argv += ["--lr-schedule", "linear", "--lr-decay-frames", str(decay)]
+    learner = _learner(algo, argv)
+    for frames in (0, 1000, 3999, 4000, 7000, 10000):
+        expected = float(np.interp(frames, [0, decay], [1e-3, 1e-4]))
+        out = learner.apply_schedules(_at(frames, 10_000).progress)
+        assert out["lr"] == pytest.approx(expected, rel=1e-9)
+        assert learner.optimizer.param_groups[0]["lr"] == pytest.approx(expected, rel=1e-9)
+        if algo == "daac":  # the value network's rate follows in proportion
+            assert out["value_lr"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_sac_linear_lr_decays_over_lr_decay_frames_then_holds():
+    import numpy as np
+
+    argv = ["--total-frames", "10000", "--lr", "1e-3", "--lr-final", "1e-4"]
+    argv += ["--lr-schedule", "linear", "--lr-decay-frames", "2500"]
+    learner = _learner("sac", argv)
+    for frames in (0, 1000, 2500, 9000):
+        expected = float(np.interp(frames, [0, 2500], [1e-3, 1e-4]))
+        assert learner.apply_lr_schedule(_at(frames, 10_000).progress) == pytest.approx(expected)
+        assert learner.critic_optimizer.param_groups[0]["lr"] == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("algo", "argv", "message"),
+    [
+        ("ppo", ["--lr-decay-frames", "0"], "--lr-decay-frames must be > 0"),
+        ("a2c", ["--lr-decay-frames", "1000"], "add --lr-schedule linear"),
+        ("dqn", ["--lr-decay-frames", "1000"], "add --lr-schedule linear"),
+        ("sac", ["--lr-schedule", "linear", "--lr-decay-frames", "-5"], "must be > 0"),
+    ],
+)
+def test_lr_decay_frames_refuses_bad_values(algo, argv, message, capsys):
+    _refused(algo, argv, message, capsys)

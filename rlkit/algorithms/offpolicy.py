@@ -125,6 +125,13 @@ class OffPolicyConfig(TrainConfig):
             "and the temperature's fall in the same ratio)"
         ),
     )
+    lr_decay_frames: int | None = field(
+        default=None,
+        metadata=_help(
+            "frames over which --lr-schedule linear reaches --lr-final, which it then holds "
+            "(RLlib's decay_steps, in frames); none: the whole --total-frames"
+        ),
+    )
     adam_eps: float = field(default=1e-8, metadata=_help("Adam epsilon"))
     max_grad_norm: float = field(default=0.0, metadata=_help("gradient clipping norm (0: off)"))
     standardize_reward: bool = field(
@@ -150,6 +157,13 @@ class OffPolicyConfig(TrainConfig):
         positive(self, "steps_per_batch", "utd_ratio", "batch_size", "buffer_size", "n_steps")
         positive(self, "lr", "adam_eps", "priority_eps", "reward_scale")
         non_negative(self, "learning_starts", "max_grad_norm", "lr_final")
+        positive(self, "lr_decay_frames")
+        if self.lr_decay_frames is not None and self.lr_schedule != "linear":
+            raise ValueError(
+                f"--lr-decay-frames {self.lr_decay_frames} shapes --lr-schedule linear, but the "
+                f"schedule is {self.lr_schedule}: add --lr-schedule linear or drop "
+                "--lr-decay-frames"
+            )
         in_unit_interval(self, "gamma", "priority_beta")
         in_unit_interval(self, "priority_alpha", closed_low=False)
         if self.priority_weight_norm not in PRIORITY_WEIGHT_NORMS:
@@ -335,7 +349,8 @@ class OffPolicyLearner(Learner):
         """``--lr`` at ``progress`` (frames / budget) under ``--lr-schedule``."""
         cfg = self.cfg
         if cfg.lr_schedule == "linear":
-            return schedules.linear(cfg.lr, cfg.lr_final, progress)
+            p = schedules.span_progress(progress, cfg.total_frames, cfg.lr_decay_frames)
+            return schedules.linear(cfg.lr, cfg.lr_final, p)
         return cfg.lr
 
     def apply_lr_schedule(self, progress: float) -> float:

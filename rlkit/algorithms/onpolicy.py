@@ -51,6 +51,13 @@ class PolicyGradientConfig(TrainConfig):
     lr_final: float = field(
         default=0.0, metadata=_help("final learning rate of --lr-schedule linear")
     )
+    lr_decay_frames: int | None = field(
+        default=None,
+        metadata=_help(
+            "frames over which --lr-schedule linear reaches --lr-final, which it then holds "
+            "(RLlib's decay_steps, in frames); none: the whole --total-frames"
+        ),
+    )
     kl_target: float = field(default=0.01, metadata=_help("KL target of --lr-schedule kl"))
     kl_factor: float = field(
         default=2.0,
@@ -134,6 +141,13 @@ class PolicyGradientConfig(TrainConfig):
         if self.lr_schedule == "kl" and self.kl_target <= 0:
             raise ValueError(f"--kl-target must be > 0, got {self.kl_target}")
         positive(self, "kl_lr_min", "kl_lr_max")
+        positive(self, "lr_decay_frames")
+        if self.lr_decay_frames is not None and self.lr_schedule != "linear":
+            raise ValueError(
+                f"--lr-decay-frames {self.lr_decay_frames} shapes --lr-schedule linear, but the "
+                f"schedule is {self.lr_schedule}: add --lr-schedule linear or drop "
+                "--lr-decay-frames"
+            )
         for name in ("kl_factor", "kl_lr_factor"):
             if getattr(self, name) < 1:
                 flag = "--" + name.replace("_", "-")
@@ -326,7 +340,7 @@ class PolicyGradientLearner(Learner):
     def apply_schedules(self, progress: float) -> dict[str, float]:
         cfg = self.cfg
         if cfg.lr_schedule == "linear":
-            lr = schedules.linear(cfg.lr, cfg.lr_final, progress)
+            lr = schedules.linear(cfg.lr, cfg.lr_final, lr_progress(cfg, progress))
         elif self.kl_lr is not None:
             lr = self.kl_lr.lr
         else:
@@ -392,6 +406,12 @@ class PolicyGradientLearner(Learner):
             self.kl_lr.update(float(kl))
         if self.obs_norm is not None:
             self.obs_norm.update(ctx.all_gather(batch.get(keys.OBSERVATION)))
+
+
+def lr_progress(cfg, progress: float) -> float:
+    """Progress of ``--lr-schedule linear``: ``progress`` (frames / ``--total-frames``), or
+    frames / ``--lr-decay-frames`` when set (then past 1: the final rate is held)."""
+    return schedules.span_progress(progress, cfg.total_frames, cfg.lr_decay_frames)
 
 
 def check_schedules(loss: nn.Module, schedules_: Mapping[str, tuple[float, float]]) -> None:

@@ -18,6 +18,14 @@ def linear(start: float, end: float, progress: float) -> float:
     return start + (end - start) * p
 
 
+def span_progress(progress: float, total_frames: int, span_frames: int | None) -> float:
+    """``progress`` (frames / ``total_frames``) re-expressed over a schedule that spans
+    ``span_frames`` frames instead (RLlib's ``decay_steps``): frames / ``span_frames``,
+    past 1 once the span is over (:func:`linear` then holds its end value); ``progress``
+    itself when ``span_frames`` is None."""
+    return progress if span_frames is None else progress * total_frames / span_frames
+
+
 def set_lr(optimizer: Optimizer, lr: float) -> None:
     """Set the learning rate of every parameter group."""
     for group in optimizer.param_groups:
