@@ -221,3 +221,35 @@ def test_sac_linear_lr_decays_over_lr_decay_frames_then_holds():
 )
 def test_lr_decay_frames_refuses_bad_values(algo, argv, message, capsys):
     _refused(algo, argv, message, capsys)
+
+
+# --------------------------------------------------------------------------- --std-init
+
+GAUSSIAN_RECIPES = ["ppo", "a2c", "impala", "appo", "ppg", "daac", "rnd"]
+
+
+def _scale(actor):
+    import torch
+    from tensordict import TensorDict
+
+    td = TensorDict({"observation": torch.randn(5, 3)}, [5])
+    return actor(td)["scale"]
+
+
+@pytest.mark.parametrize("algo", GAUSSIAN_RECIPES)
+def test_std_init_sets_the_initial_action_std(algo):
+    """pyrado's std_init: the Gaussian policy's initial standard deviation (rlkit learns
+    its log); the actor's scale at any observation equals it."""
+    import torch
+
+    learner = _learner(algo, ["--env", "Pendulum-v1", "--std-init", "0.3"])
+    torch.testing.assert_close(_scale(learner.actor), torch.full((5, 1), 0.3))
+    default = _learner(algo, ["--env", "Pendulum-v1"])
+    torch.testing.assert_close(_scale(default.actor), torch.ones(5, 1))
+
+
+def test_std_init_refuses_bad_values_and_discrete_actions(capsys):
+    _refused("ppo", ["--std-init", "0"], "--std-init must be > 0", capsys)
+    _refused("ppg", ["--std-init", "-1"], "--std-init must be > 0", capsys)
+    with pytest.raises(ValueError, match="--std-init"):
+        _learner("ppo", ["--env", "CartPole-v1", "--std-init", "0.5"])

@@ -145,6 +145,7 @@ def build_daac_networks(cfg: DAACConfig, env) -> DAACNetworks:
         activation=cfg.activation,
         adv_hidden=cfg.adv_hidden,
         normalize_obs=cfg.normalize_obs,
+        init_log_std=cfg.init_log_std,
     )
 
 

@@ -7,6 +7,7 @@ the steps, applies schedules and averages diagnostics.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -116,6 +117,14 @@ class PolicyGradientConfig(TrainConfig):
     hidden: tuple[int, ...] = field(
         default=(64, 64), metadata=_help("hidden layer sizes, e.g. '64 64'")
     )
+    std_init: float | None = field(
+        default=None,
+        metadata=_help(
+            "initial standard deviation of a Gaussian policy's actions (pyrado's std_init; "
+            "the learned log-std starts at its log); none: 1 (log-std 0, CleanRL's). "
+            "Continuous actions only"
+        ),
+    )
     activation: str = field(
         default="tanh", metadata=_help("tanh or relu", choices=("tanh", "relu"))
     )
@@ -140,7 +149,7 @@ class PolicyGradientConfig(TrainConfig):
             )
         if self.lr_schedule == "kl" and self.kl_target <= 0:
             raise ValueError(f"--kl-target must be > 0, got {self.kl_target}")
-        positive(self, "kl_lr_min", "kl_lr_max")
+        positive(self, "kl_lr_min", "kl_lr_max", "std_init")
         positive(self, "lr_decay_frames")
         if self.lr_decay_frames is not None and self.lr_schedule != "linear":
             raise ValueError(
@@ -172,6 +181,11 @@ class PolicyGradientConfig(TrainConfig):
         if not self.normalize_reward:
             return {}
         return {"normalize_reward": True, "gamma": self.gamma}
+
+    @property
+    def init_log_std(self) -> float | None:
+        """``log(--std-init)``, or None for the builders' default (log-std 0)."""
+        return None if self.std_init is None else math.log(self.std_init)
 
     @property
     def kl_lr_ceiling(self) -> float:
@@ -432,5 +446,9 @@ def build_actor_critic(
 ) -> tuple[nn.Module, nn.Module, nn.Module | None]:
     """:func:`rlkit.modules.actor_critic_networks` with a config's network flags."""
     return actor_critic_networks(
-        env, hidden=cfg.hidden, activation=cfg.activation, normalize_obs=cfg.normalize_obs
+        env,
+        hidden=cfg.hidden,
+        activation=cfg.activation,
+        normalize_obs=cfg.normalize_obs,
+        init_log_std=cfg.init_log_std,
     )

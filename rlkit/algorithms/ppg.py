@@ -412,6 +412,7 @@ def build_ppg_networks(cfg: PPGConfig, env) -> PPGNetworks:
         activation=cfg.activation,
         init_fn=cfg.init_fn,
         normalize_obs=cfg.normalize_obs,
+        init_log_std=cfg.init_log_std,
     )
 
 

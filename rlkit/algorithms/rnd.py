@@ -131,6 +131,7 @@ def build_rnd_networks(cfg: RNDConfig, env) -> tuple[nn.Module, nn.Module, RND, 
         rnd_obs_clip=cfg.rnd_obs_clip,
         gamma_int=cfg.gamma_int,
         update_proportion=cfg.update_proportion,
+        init_log_std=cfg.init_log_std,
     )
 
 

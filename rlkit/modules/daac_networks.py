@@ -13,6 +13,7 @@ from torch import nn
 
 from rlkit import keys
 from rlkit.modules.actors import make_actor
+from rlkit.modules.builders import gaussian_kwargs
 from rlkit.modules.critics import action_kind, make_value
 from rlkit.modules.networks import mlp, mlp_body
 from rlkit.modules.normalization import Normalize, RunningMeanStd
@@ -95,6 +96,7 @@ def daac_networks(
     activation: str = "tanh",
     adv_hidden: Sequence[int] | None = None,
     normalize_obs: bool = False,
+    init_log_std: float | None = None,
 ) -> DAACNetworks:
     """Policy network and value network sized from ``env``'s specs (flat observations).
 
@@ -121,7 +123,13 @@ def daac_networks(
     trunk = body if norm is None else nn.Sequential(norm, body)
     width = hidden[-1]
     actor = make_actor(
-        obs_spec, act_spec, backbone=trunk, in_features=width, hidden=(), activation=activation
+        obs_spec,
+        act_spec,
+        backbone=trunk,
+        in_features=width,
+        hidden=(),
+        activation=activation,
+        **gaussian_kwargs(env, init_log_std),
     )
     info = action_kind(act_spec, batch_shape=tuple(env.batch_size))
     if adv_hidden is None:

@@ -13,6 +13,7 @@ from torchrl.modules import ValueOperator
 
 from rlkit import keys
 from rlkit.modules.actors import make_actor
+from rlkit.modules.builders import gaussian_kwargs
 from rlkit.modules.networks import mlp, mlp_body
 from rlkit.modules.normalization import Normalize, RunningMeanStd
 
@@ -109,6 +110,7 @@ def ppg_networks(
     activation: str = "tanh",
     init_fn: str = "orthogonal",
     normalize_obs: bool = False,
+    init_log_std: float | None = None,
 ) -> PPGNetworks:
     """Actor, critic and auxiliary value head of Phasic Policy Gradient in the ``arch`` layout.
 
@@ -132,7 +134,7 @@ def ppg_networks(
 
     trunk, width = body()
     net = dict(hidden=(), activation=activation, backbone=trunk, in_features=width)
-    actor = make_actor(obs_spec, act_spec, **net)
+    actor = make_actor(obs_spec, act_spec, **net, **gaussian_kwargs(env, init_log_std))
 
     def value_head(features: nn.Module, out_key: str) -> ValueOperator:
         return ValueOperator(

@@ -12,6 +12,7 @@ from torch import nn
 
 from rlkit import keys
 from rlkit.modules.actors import make_actor
+from rlkit.modules.builders import gaussian_kwargs
 from rlkit.modules.networks import mlp
 from rlkit.modules.normalization import Normalize, RunningMeanStd
 from rlkit.objectives.rnd import RND
@@ -62,6 +63,7 @@ def rnd_networks(
     rnd_obs_clip: float = 5.0,
     gamma_int: float = 0.99,
     update_proportion: float = 1.0,
+    init_log_std: float | None = None,
 ) -> tuple[nn.Module, nn.Module, RND, RunningMeanStd | None]:
     """Actor, twin critic, :class:`~rlkit.objectives.rnd.RND` module (one intrinsic return
     per env of ``env``) and the policy's optional observation normaliser, sized from
@@ -78,7 +80,8 @@ def rnd_networks(
         obs_norm = RunningMeanStd(shape)
         backbone = Normalize(obs_norm)
     net = dict(hidden=tuple(hidden), activation=activation)
-    actor = make_actor(obs_spec, act_spec, backbone=backbone, in_features=width, **net)
+    std = gaussian_kwargs(env, init_log_std)
+    actor = make_actor(obs_spec, act_spec, backbone=backbone, in_features=width, **net, **std)
     critic = twin_value_critic(width, backbone=backbone, **net)
     rnd = RND(
         shape,
