@@ -253,3 +253,32 @@ def test_std_init_refuses_bad_values_and_discrete_actions(capsys):
     _refused("ppg", ["--std-init", "-1"], "--std-init must be > 0", capsys)
     with pytest.raises(ValueError, match="--std-init"):
         _learner("ppo", ["--env", "CartPole-v1", "--std-init", "0.5"])
+
+
+# --------------------------------------------------------------------------- actor/critic sizes
+
+
+def _linear_shapes(module) -> list[tuple[int, int]]:
+    from torch import nn
+
+    return [(m.in_features, m.out_features) for m in module.modules() if isinstance(m, nn.Linear)]
+
+
+@pytest.mark.parametrize("algo", GAUSSIAN_RECIPES)
+def test_actor_and_critic_hidden_size_each_network(algo):
+    """evorl's separate policy and value MLP sizes: --actor-hidden / --critic-hidden, each
+    defaulting to --hidden. CartPole: 4 observations, 2 actions."""
+    cartpole = ["--env", "CartPole-v1"]
+    learner = _learner(algo, [*cartpole, "--actor-hidden", "32", "--critic-hidden", "16", "8"])
+    actor, critic = _linear_shapes(learner.actor), _linear_shapes(learner.critic)
+    assert actor == [(4, 32), (32, 2)]
+    assert critic[:2] == [(4, 16), (16, 8)] and critic[-1][0] == 8 and len(critic) == 3
+    default = _learner(algo, [*cartpole, "--hidden", "24"])
+    assert _linear_shapes(default.actor) == [(4, 24), (24, 2)]
+    assert _linear_shapes(default.critic)[0] == (4, 24)
+
+
+def test_actor_and_critic_hidden_refuse_bad_values(capsys):
+    _refused("ppo", ["--actor-hidden", "0"], "--actor-hidden needs positive layer sizes", capsys)
+    _refused("a2c", ["--critic-hidden", "64", "-1"], "--critic-hidden needs positive", capsys)
+    _refused("ppg", ["--arch", "shared", "--critic-hidden", "32"], "use --arch dual", capsys)

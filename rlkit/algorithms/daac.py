@@ -146,6 +146,8 @@ def build_daac_networks(cfg: DAACConfig, env) -> DAACNetworks:
         adv_hidden=cfg.adv_hidden,
         normalize_obs=cfg.normalize_obs,
         init_log_std=cfg.init_log_std,
+        actor_hidden=cfg.actor_layers,
+        critic_hidden=cfg.critic_layers,
     )
 
 

@@ -117,6 +117,14 @@ class PolicyGradientConfig(TrainConfig):
     hidden: tuple[int, ...] = field(
         default=(64, 64), metadata=_help("hidden layer sizes, e.g. '64 64'")
     )
+    actor_hidden: tuple[int, ...] | None = field(
+        default=None,
+        metadata=_help("the policy network's hidden sizes (evorl's actor sizes); none: --hidden"),
+    )
+    critic_hidden: tuple[int, ...] | None = field(
+        default=None,
+        metadata=_help("the value network's hidden sizes (evorl's critic sizes); none: --hidden"),
+    )
     std_init: float | None = field(
         default=None,
         metadata=_help(
@@ -176,11 +184,29 @@ class PolicyGradientConfig(TrainConfig):
             )
         if not self.hidden or any(h <= 0 for h in self.hidden):
             raise ValueError(f"--hidden needs positive layer sizes, got {self.hidden}")
+        for name in ("actor_hidden", "critic_hidden"):
+            sizes = getattr(self, name)
+            if sizes is not None and (not sizes or any(h <= 0 for h in sizes)):
+                flag = "--" + name.replace("_", "-")
+                raise ValueError(
+                    f"{flag} needs positive layer sizes, got {sizes}: e.g. {flag} 64 64, or "
+                    "none for --hidden"
+                )
 
     def env_options(self) -> dict[str, Any]:
         if not self.normalize_reward:
             return {}
         return {"normalize_reward": True, "gamma": self.gamma}
+
+    @property
+    def actor_layers(self) -> tuple[int, ...]:
+        """The policy network's hidden sizes: ``--actor-hidden``, else ``--hidden``."""
+        return self.hidden if self.actor_hidden is None else self.actor_hidden
+
+    @property
+    def critic_layers(self) -> tuple[int, ...]:
+        """The value network's hidden sizes: ``--critic-hidden``, else ``--hidden``."""
+        return self.hidden if self.critic_hidden is None else self.critic_hidden
 
     @property
     def init_log_std(self) -> float | None:
@@ -451,4 +477,6 @@ def build_actor_critic(
         activation=cfg.activation,
         normalize_obs=cfg.normalize_obs,
         init_log_std=cfg.init_log_std,
+        actor_hidden=cfg.actor_layers,
+        critic_hidden=cfg.critic_layers,
     )

@@ -116,6 +116,11 @@ class PPGConfig(ClipConfig):
         super().__post_init__()
         positive(self, "n_pi", "aux_minibatches", "aux_grad_accum")
         positive(self, "value_epochs", "aux_lr")
+        if self.arch == "shared" and self.critic_hidden is not None:
+            raise ValueError(
+                "--critic-hidden sizes a separate value network, but --arch shared puts the "
+                "value head on the policy trunk: use --arch dual, or drop --critic-hidden"
+            )
         non_negative(self, "aux_epochs", "beta_clone", "aux_value_coef", "aux_true_value_coef")
         rollouts = self.n_pi * self.num_envs
         if self.aux_epochs and self.aux_minibatches > rollouts:
@@ -413,6 +418,8 @@ def build_ppg_networks(cfg: PPGConfig, env) -> PPGNetworks:
         init_fn=cfg.init_fn,
         normalize_obs=cfg.normalize_obs,
         init_log_std=cfg.init_log_std,
+        actor_hidden=cfg.actor_layers,
+        critic_hidden=cfg.critic_hidden,
     )
 
 

@@ -132,6 +132,8 @@ def build_rnd_networks(cfg: RNDConfig, env) -> tuple[nn.Module, nn.Module, RND, 
         gamma_int=cfg.gamma_int,
         update_proportion=cfg.update_proportion,
         init_log_std=cfg.init_log_std,
+        actor_hidden=cfg.actor_layers,
+        critic_hidden=cfg.critic_layers,
     )
 
 

@@ -39,12 +39,15 @@ def actor_critic_networks(
     activation: str = "tanh",
     normalize_obs: bool = False,
     init_log_std: float | None = None,
+    actor_hidden: Sequence[int] | None = None,
+    critic_hidden: Sequence[int] | None = None,
 ) -> tuple[nn.Module, nn.Module, RunningMeanStd | None]:
     """Separate actor and V critic sized from ``env``'s specs: ``(actor, critic, obs_norm)``.
 
     With ``normalize_obs`` both networks start with the same :class:`Normalize` over one
     :class:`RunningMeanStd` (returned third, for the learner to update); else it is ``None``.
     ``init_log_std``: a Gaussian policy's initial log-std (None: 0; continuous actions only).
+    ``actor_hidden`` / ``critic_hidden``: each network's hidden sizes (None: ``hidden``).
     """
     obs_spec, act_spec = env.observation_spec, env.action_spec
     obs_norm = backbone = in_features = None
@@ -52,8 +55,11 @@ def actor_critic_networks(
         shape = obs_spec[keys.OBSERVATION].shape[len(env.batch_size) :]
         obs_norm = RunningMeanStd(shape)
         backbone, in_features = Normalize(obs_norm), int(torch.Size(shape).numel())
-    net = dict(hidden=tuple(hidden), activation=activation)
+    actor_net = dict(hidden=tuple(actor_hidden or hidden), activation=activation)
+    critic_net = dict(hidden=tuple(critic_hidden or hidden), activation=activation)
     std = gaussian_kwargs(env, init_log_std)
-    actor = make_actor(obs_spec, act_spec, backbone=backbone, in_features=in_features, **net, **std)
-    critic = make_value(obs_spec, backbone=backbone, in_features=in_features, **net)
+    actor = make_actor(
+        obs_spec, act_spec, backbone=backbone, in_features=in_features, **actor_net, **std
+    )
+    critic = make_value(obs_spec, backbone=backbone, in_features=in_features, **critic_net)
     return actor, critic, obs_norm

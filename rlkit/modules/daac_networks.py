@@ -97,6 +97,8 @@ def daac_networks(
     adv_hidden: Sequence[int] | None = None,
     normalize_obs: bool = False,
     init_log_std: float | None = None,
+    actor_hidden: Sequence[int] | None = None,
+    critic_hidden: Sequence[int] | None = None,
 ) -> DAACNetworks:
     """Policy network and value network sized from ``env``'s specs (flat observations).
 
@@ -119,9 +121,10 @@ def daac_networks(
     if normalize_obs:
         obs_norm = RunningMeanStd(obs_shape)
         norm = Normalize(obs_norm)
-    body = mlp_body(obs_dim, hidden=hidden, activation=activation)
+    policy_hidden = tuple(actor_hidden or hidden)
+    body = mlp_body(obs_dim, hidden=policy_hidden, activation=activation)
     trunk = body if norm is None else nn.Sequential(norm, body)
-    width = hidden[-1]
+    width = policy_hidden[-1]
     actor = make_actor(
         obs_spec,
         act_spec,
@@ -146,7 +149,7 @@ def daac_networks(
         obs_spec,
         backbone=norm,
         in_features=obs_dim if norm is not None else None,
-        hidden=hidden,
+        hidden=tuple(critic_hidden or hidden),
         activation=activation,
     )
     return DAACNetworks(actor, head, critic, trunk, obs_norm)

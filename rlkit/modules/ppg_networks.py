@@ -111,6 +111,8 @@ def ppg_networks(
     init_fn: str = "orthogonal",
     normalize_obs: bool = False,
     init_log_std: float | None = None,
+    actor_hidden: Sequence[int] | None = None,
+    critic_hidden: Sequence[int] | None = None,
 ) -> PPGNetworks:
     """Actor, critic and auxiliary value head of Phasic Policy Gradient in the ``arch`` layout.
 
@@ -127,16 +129,22 @@ def ppg_networks(
     if normalize_obs:
         obs_norm = RunningMeanStd(obs_shape)
 
-    def body() -> tuple[nn.Module, int]:
-        enc, width = _encoder(encoder, obs_shape, obs_norm)
-        layers = mlp_body(width, hidden=tuple(hidden), activation=activation)
-        return (layers if enc is None else nn.Sequential(enc, layers)), hidden[-1]
+    if arch == "shared" and critic_hidden is not None:
+        raise ValueError(
+            "--critic-hidden sizes a separate value network, but --arch shared puts the value "
+            "head on the policy trunk: use --arch dual, or drop --critic-hidden"
+        )
 
-    trunk, width = body()
+    def body(sizes: Sequence[int]) -> tuple[nn.Module, int]:
+        enc, width = _encoder(encoder, obs_shape, obs_norm)
+        layers = mlp_body(width, hidden=tuple(sizes), activation=activation)
+        return (layers if enc is None else nn.Sequential(enc, layers)), sizes[-1]
+
+    trunk, width = body(actor_hidden or hidden)
     net = dict(hidden=(), activation=activation, backbone=trunk, in_features=width)
     actor = make_actor(obs_spec, act_spec, **net, **gaussian_kwargs(env, init_log_std))
 
-    def value_head(features: nn.Module, out_key: str) -> ValueOperator:
+    def value_head(features: nn.Module, out_key: str, width: int = width) -> ValueOperator:
         return ValueOperator(
             nn.Sequential(features, mlp(width, 1, hidden=())),
             in_keys=[keys.OBSERVATION],
@@ -147,7 +155,8 @@ def ppg_networks(
     if arch == "shared":
         critic = value_head(nn.Sequential(trunk, _Detach()), keys.STATE_VALUE)
     else:
-        critic = value_head(body()[0], keys.STATE_VALUE)
+        critic_body, critic_width = body(critic_hidden or hidden)
+        critic = value_head(critic_body, keys.STATE_VALUE, critic_width)
     for m in (actor, critic, aux_critic):
         init_weights_(m, init_fn)
     if init_fn != "orthogonal":

@@ -64,6 +64,8 @@ def rnd_networks(
     gamma_int: float = 0.99,
     update_proportion: float = 1.0,
     init_log_std: float | None = None,
+    actor_hidden: Sequence[int] | None = None,
+    critic_hidden: Sequence[int] | None = None,
 ) -> tuple[nn.Module, nn.Module, RND, RunningMeanStd | None]:
     """Actor, twin critic, :class:`~rlkit.objectives.rnd.RND` module (one intrinsic return
     per env of ``env``) and the policy's optional observation normaliser, sized from
@@ -79,10 +81,11 @@ def rnd_networks(
     if normalize_obs:
         obs_norm = RunningMeanStd(shape)
         backbone = Normalize(obs_norm)
-    net = dict(hidden=tuple(hidden), activation=activation)
+    actor_net = dict(hidden=tuple(actor_hidden or hidden), activation=activation)
+    critic_net = dict(hidden=tuple(critic_hidden or hidden), activation=activation)
     std = gaussian_kwargs(env, init_log_std)
-    actor = make_actor(obs_spec, act_spec, backbone=backbone, in_features=width, **net, **std)
-    critic = twin_value_critic(width, backbone=backbone, **net)
+    actor = make_actor(obs_spec, act_spec, backbone=backbone, in_features=width, **actor_net, **std)
+    critic = twin_value_critic(width, backbone=backbone, **critic_net)
     rnd = RND(
         shape,
         num_envs=int(env.batch_size.numel()),
