@@ -282,3 +282,54 @@ def test_actor_and_critic_hidden_refuse_bad_values(capsys):
     _refused("ppo", ["--actor-hidden", "0"], "--actor-hidden needs positive layer sizes", capsys)
     _refused("a2c", ["--critic-hidden", "64", "-1"], "--critic-hidden needs positive", capsys)
     _refused("ppg", ["--arch", "shared", "--critic-hidden", "32"], "use --arch dual", capsys)
+
+
+# --------------------------------------------------------------------------- --optimizer
+
+OPTIMIZER_CLASSES = {"adam": "Adam", "adamw": "AdamW", "rmsprop": "RMSprop", "sgd": "SGD"}
+
+
+@pytest.mark.parametrize("algo", ["ppo", "a2c", "ppg", "daac", "impala"])
+@pytest.mark.parametrize("name", sorted(OPTIMIZER_CLASSES))
+def test_optimizer_flag_builds_the_chosen_class(algo, name):
+    """RLlib's optim / evorl's optimizer: every optimiser of the learner is the chosen class,
+    at --lr, with --adam-eps (all but SGD) and --weight-decay."""
+    argv = ["--optimizer", name, "--lr", "2e-3", "--adam-eps", "1e-7", "--weight-decay", "0.05"]
+    learner = _learner(algo, argv)
+    for opt in learner.optimizers().values():
+        assert type(opt).__name__ == OPTIMIZER_CLASSES[name]
+        group = opt.param_groups[0]
+        assert group["weight_decay"] == 0.05
+        if name != "sgd":
+            assert group["eps"] == 1e-7
+        if name == "rmsprop":
+            assert group["alpha"] == 0.99
+
+
+def test_optimizer_defaults_are_unchanged():
+    ppo, a2c = _learner("ppo", []).optimizer, _learner("a2c", []).optimizer
+    assert type(ppo).__name__ == "Adam" and ppo.param_groups[0]["weight_decay"] == 0
+    assert type(a2c).__name__ == "RMSprop" and a2c.param_groups[0]["alpha"] == 0.99
+    assert a2c.param_groups[0]["eps"] == 1e-5
+    adamw = _learner("ppo", ["--optimizer", "adamw"]).optimizer
+    assert adamw.param_groups[0]["weight_decay"] == 0.01  # AdamW's own default
+
+
+def test_sgd_step_is_plain_gradient_descent():
+    """One step of --optimizer sgd (with weight decay) against p - lr (g + wd p)."""
+    import torch
+
+    from rlkit.algorithms.onpolicy import make_optimizer
+
+    cfg = _parse("ppo", ["--optimizer", "sgd", "--lr", "0.1", "--weight-decay", "0.5"])
+    p = torch.nn.Parameter(torch.tensor([1.0, -2.0, 3.0]))
+    opt = make_optimizer(cfg, [p])
+    p.grad = torch.tensor([0.5, 0.25, -1.0])
+    expected = p.detach() - 0.1 * (p.grad + 0.5 * p.detach())
+    opt.step()
+    torch.testing.assert_close(p.detach(), expected)
+
+
+def test_optimizer_flags_refuse_bad_values(capsys):
+    _refused("ppo", ["--optimizer", "lamb"], "--optimizer", capsys)
+    _refused("ppo", ["--weight-decay", "-0.1"], "--weight-decay must be >= 0", capsys)
