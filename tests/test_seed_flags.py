@@ -333,3 +333,56 @@ def test_sgd_step_is_plain_gradient_descent():
 def test_optimizer_flags_refuse_bad_values(capsys):
     _refused("ppo", ["--optimizer", "lamb"], "--optimizer", capsys)
     _refused("ppo", ["--weight-decay", "-0.1"], "--weight-decay must be >= 0", capsys)
+
+
+# --------------------------------------------------------------------------- --init-fn
+
+
+@pytest.mark.parametrize("name", ["xavier_uniform", "xavier_normal"])
+def test_xavier_init_fn_is_rllte_s_conv_only_xavier(name):
+    """rllte's _xavier_*: Xavier on convolutions, orthogonal (gain 1) Linear layers, zero
+    biases. Checked: W W^T = I for the Linear, the Xavier bound / std for the conv."""
+    import math
+
+    import torch
+    from torch import nn
+
+    from rlkit.modules.ppg_networks import init_weights_
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 64, 3), nn.ReLU(), nn.Flatten(), nn.Linear(64, 16))
+    init_weights_(net, name)
+    conv_w, conv_b = net[0].weight.detach(), net[0].bias.detach()
+    w, b = net[3].weight.detach(), net[3].bias.detach()
+    torch.testing.assert_close(w @ w.T, torch.eye(16), atol=1e-5, rtol=0)
+    fan_in, fan_out = 3 * 9, 64 * 9
+    if name == "xavier_uniform":
+        bound = math.sqrt(6.0 / (fan_in + fan_out))
+        assert float(conv_w.abs().max()) <= bound
+        assert float(conv_w.abs().max()) > 0.9 * bound
+    else:
+        std = math.sqrt(2.0 / (fan_in + fan_out))
+        assert float(conv_w.std()) == pytest.approx(std, rel=0.1)
+    assert float(conv_b.abs().max()) == 0 and float(b.abs().max()) == 0
+
+
+def test_default_init_fn_keeps_pytorch_s_initialisation():
+    """rllte's identity init_fn: --init-fn default re-draws every layer as PyTorch builds it
+    (reference: the same layers constructed by PyTorch from the same seed)."""
+    import torch
+    from torch import nn
+
+    from rlkit.modules.networks import mlp
+    from rlkit.modules.ppg_networks import init_weights_
+
+    net = mlp(4, 2, hidden=(8, 8))  # orthogonal, zero biases
+    torch.manual_seed(3)
+    init_weights_(net, "default")
+    torch.manual_seed(3)
+    ref = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 2))
+    for got, want in zip(net.state_dict().values(), ref.state_dict().values(), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    learner = _learner("ppg", ["--init-fn", "default"])
+    head = [m for m in learner.actor.modules() if isinstance(m, nn.Linear)][-1]
+    assert float(head.bias.detach().abs().max()) > 0  # not orthogonal, not scaled
+    assert float(head.weight.detach().abs().max()) > 0.05

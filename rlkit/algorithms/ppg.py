@@ -105,7 +105,13 @@ class PPGConfig(ClipConfig):
     )
     init_fn: str = field(
         default="orthogonal",
-        metadata=_help("weight initialisation of every layer", choices=INIT_FNS),
+        metadata=_help(
+            "weight initialisation (rllte's init_fn): orthogonal (rlkit's builders: gain "
+            "sqrt 2 hidden, 0.01 policy head, 1 value head), xavier_uniform / xavier_normal "
+            "(Xavier convolutions, orthogonal gain-1 Linear layers, policy head x0.01) or "
+            "default (PyTorch's own initialisation of every layer)",
+            choices=INIT_FNS,
+        ),
     )
     full_batch_advantage_norm: bool = field(
         default=False,

@@ -20,7 +20,7 @@ from rlkit.modules.normalization import Normalize, RunningMeanStd
 __all__ = ["ARCHS", "ENCODERS", "INIT_FNS", "PPGNetworks", "init_weights_", "ppg_networks"]
 
 ARCHS = ("dual", "shared")
-INIT_FNS = ("orthogonal", "xavier_uniform", "xavier_normal")
+INIT_FNS = ("orthogonal", "xavier_uniform", "xavier_normal", "default")
 ENCODERS = ("mlp", "impala")
 
 
@@ -82,23 +82,35 @@ def _encoder(encoder: str, obs_shape: Sequence[int], obs_norm: nn.Module | None)
 
 
 def init_weights_(module: nn.Module, init_fn: str) -> None:
-    """Re-initialise every Linear / Conv weight with ``init_fn`` (gain 1) and zero biases.
+    """Re-initialise ``module``'s layers as the seed implementation's (rllte's) ``init_fn``.
 
     ``"orthogonal"`` keeps the builders' orthogonal initialisation (gain sqrt 2 hidden,
-    0.01 policy head, 1 value head). The Xavier choices follow the seed implementation's
-    ``init_fn``; output heads are then scaled like the orthogonal ones (x0.01 for the policy
-    head) so the initial policy stays near uniform.
+    0.01 policy head, 1 value head). ``"xavier_uniform"`` / ``"xavier_normal"``: Xavier
+    weights on the convolutions only, orthogonal weights of gain 1 on the Linear layers, zero
+    biases (rllte's ``_xavier_*``); :func:`ppg_networks` then scales the policy head by 0.01 so
+    the initial policy stays near uniform. ``"default"``: PyTorch's own initialisation of
+    every Linear and Conv layer (``reset_parameters``; rllte's identity ``init_fn``).
     """
     if init_fn not in INIT_FNS:
         raise ValueError(f"init_fn must be one of {INIT_FNS}, got {init_fn!r}")
     if init_fn == "orthogonal":
         return
+    conv = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose2d)
+    if init_fn == "default":
+        for m in module.modules():
+            if isinstance(m, (nn.Linear, *conv)):
+                m.reset_parameters()
+        return
     fn = nn.init.xavier_uniform_ if init_fn == "xavier_uniform" else nn.init.xavier_normal_
     for m in module.modules():
-        if isinstance(m, nn.Linear | nn.Conv2d):
+        if isinstance(m, conv):
             fn(m.weight)
-            if m.bias is not None:
-                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Linear):
+            nn.init.orthogonal_(m.weight)
+        else:
+            continue
+        if m.bias is not None:
+            nn.init.zeros_(m.bias)
 
 
 def ppg_networks(
@@ -159,7 +171,7 @@ def ppg_networks(
         critic = value_head(critic_body, keys.STATE_VALUE, critic_width)
     for m in (actor, critic, aux_critic):
         init_weights_(m, init_fn)
-    if init_fn != "orthogonal":
+    if init_fn.startswith("xavier"):
         with torch.no_grad():  # near-uniform initial policy, as the orthogonal 0.01 head
             for p in _policy_head(actor):
                 p.mul_(0.01)
