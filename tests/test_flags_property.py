@@ -43,7 +43,7 @@ from hypothesis import strategies as st
 
 from rlkit import algorithms
 from rlkit.training import cli
-from rlkit.training.config import TrainConfig, field_metadata
+from rlkit.training.config import field_metadata
 
 EXAMPLES = int(os.environ.get("RLKIT_PROPERTY_EXAMPLES", "40"))
 
@@ -104,19 +104,8 @@ BUDGET = ["--total-frames", "64", "--eval-episodes", "2", "--progress", "false"]
 
 
 def config_class(module) -> type:
-    """The config dataclass ``main`` parses: the recipe module's own TrainConfig subclass
-    that no other class of the module extends."""
-    own = [
-        v
-        for v in vars(module).values()
-        if isinstance(v, type)
-        and issubclass(v, TrainConfig)
-        and dataclasses.is_dataclass(v)
-        and v.__module__ == module.__name__
-    ]
-    leaves = [c for c in own if not any(o is not c and issubclass(o, c) for o in own)]
-    assert len(leaves) == 1, f"{module.__name__}: config classes {leaves}"
-    return leaves[0]
+    """The config dataclass ``main`` parses (:func:`rlkit.algorithms.config_class`)."""
+    return algorithms.config_class(module.__name__.rsplit(".", 1)[-1])
 
 
 def value_strategy(cls: type, name: str, annotation: Any) -> st.SearchStrategy:

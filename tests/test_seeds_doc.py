@@ -87,21 +87,9 @@ def references(cell: str) -> list[str]:
 def recipe_flags(recipe: str) -> frozenset[str]:
     """The ``--flags`` of ``recipes/<recipe>.py``: its config's parser, built in process."""
     from rlkit import algorithms
-    from rlkit.training import TrainConfig
     from rlkit.training.config import build_parser
 
-    module = algorithms.load(recipe)
-    own = [
-        v
-        for v in vars(module).values()
-        if isinstance(v, type)
-        and issubclass(v, TrainConfig)
-        and dataclasses.is_dataclass(v)
-        and v.__module__ == module.__name__
-    ]
-    leaves = [c for c in own if not any(o is not c and issubclass(o, c) for o in own)]
-    assert len(leaves) == 1, f"{module.__name__}: config classes {leaves}"
-    parser = build_parser(leaves[0])
+    parser = build_parser(algorithms.config_class(recipe))
     return frozenset(s for a in parser._actions for s in a.option_strings if s.startswith("--"))
 
 

@@ -43,3 +43,23 @@ def finite_floats(cfg: Any) -> None:
                 f"{flag} must be within float32's +-3.4e38, or inf for no limit, got {value}"
             )
         raise ValueError(f"{flag} must be finite (within float32's +-3.4e38), got {value}")
+
+
+#: help text of ``lr_decay_frames``, declared by the on- and off-policy configs
+LR_DECAY_FRAMES_HELP = (
+    "frames over which --lr-schedule linear reaches --lr-final, which it then holds "
+    "(RLlib's decay_steps, in frames); none: the whole --total-frames"
+)
+
+
+def check_lr_decay_frames(cfg: Any) -> None:
+    """``--lr-decay-frames`` must be > 0 and only shapes ``--lr-schedule linear``."""
+    if cfg.lr_decay_frames is None:
+        return
+    if cfg.lr_decay_frames <= 0:
+        raise ValueError(f"--lr-decay-frames must be > 0, got {cfg.lr_decay_frames}")
+    if cfg.lr_schedule != "linear":
+        raise ValueError(
+            f"--lr-decay-frames {cfg.lr_decay_frames} shapes --lr-schedule linear, but the "
+            f"schedule is {cfg.lr_schedule}: add --lr-schedule linear or drop --lr-decay-frames"
+        )

@@ -50,7 +50,11 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from rlkit import keys
-from rlkit.algorithms._checks import finite_floats
+from rlkit.algorithms._checks import (
+    LR_DECAY_FRAMES_HELP,
+    check_lr_decay_frames,
+    finite_floats,
+)
 from rlkit.data.replay import NSTEP_READ, STORED, Replay
 from rlkit.modules.policies import EpsilonExploration
 from rlkit.objectives.dqn import PRIORITY_WEIGHT_NORMS, TD_ERROR, nstep_transitions
@@ -127,10 +131,7 @@ class OffPolicyConfig(TrainConfig):
     )
     lr_decay_frames: int | None = field(
         default=None,
-        metadata=_help(
-            "frames over which --lr-schedule linear reaches --lr-final, which it then holds "
-            "(RLlib's decay_steps, in frames); none: the whole --total-frames"
-        ),
+        metadata=_help(LR_DECAY_FRAMES_HELP),
     )
     adam_eps: float = field(default=1e-8, metadata=_help("Adam epsilon"))
     max_grad_norm: float = field(default=0.0, metadata=_help("gradient clipping norm (0: off)"))
@@ -157,13 +158,7 @@ class OffPolicyConfig(TrainConfig):
         positive(self, "steps_per_batch", "utd_ratio", "batch_size", "buffer_size", "n_steps")
         positive(self, "lr", "adam_eps", "priority_eps", "reward_scale")
         non_negative(self, "learning_starts", "max_grad_norm", "lr_final")
-        positive(self, "lr_decay_frames")
-        if self.lr_decay_frames is not None and self.lr_schedule != "linear":
-            raise ValueError(
-                f"--lr-decay-frames {self.lr_decay_frames} shapes --lr-schedule linear, but the "
-                f"schedule is {self.lr_schedule}: add --lr-schedule linear or drop "
-                "--lr-decay-frames"
-            )
+        check_lr_decay_frames(self)
         in_unit_interval(self, "gamma", "priority_beta")
         in_unit_interval(self, "priority_alpha", closed_low=False)
         if self.priority_weight_norm not in PRIORITY_WEIGHT_NORMS:
@@ -380,9 +375,10 @@ class OffPolicyLearner(Learner):
             self.credit -= steps
             if cfg.prioritized:
                 replay.sampler.beta = schedules.linear(cfg.priority_beta, 1.0, ctx.progress)
+            if cfg.lr_schedule != "constant" and steps:
+                # the frame counter, and so the rate, is the same for every step of a batch
+                stats.add({"lr": self.apply_lr_schedule(ctx.progress)})
             for sample in replay.minibatches(steps, cfg.batch_size):
-                if cfg.lr_schedule != "constant":
-                    stats.add({"lr": self.apply_lr_schedule(ctx.progress)})
                 info = self.train_step(self.prepare(sample), ctx)
                 td_error = info.pop(TD_ERROR, None)
                 if cfg.prioritized:

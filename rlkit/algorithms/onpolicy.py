@@ -17,7 +17,11 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from rlkit import keys
-from rlkit.algorithms._checks import finite_floats
+from rlkit.algorithms._checks import (
+    LR_DECAY_FRAMES_HELP,
+    check_lr_decay_frames,
+    finite_floats,
+)
 from rlkit.data.minibatch import minibatch_indices
 from rlkit.modules.builders import actor_critic_networks
 from rlkit.training import schedules
@@ -58,10 +62,7 @@ class PolicyGradientConfig(TrainConfig):
     )
     lr_decay_frames: int | None = field(
         default=None,
-        metadata=_help(
-            "frames over which --lr-schedule linear reaches --lr-final, which it then holds "
-            "(RLlib's decay_steps, in frames); none: the whole --total-frames"
-        ),
+        metadata=_help(LR_DECAY_FRAMES_HELP),
     )
     kl_target: float = field(default=0.01, metadata=_help("KL target of --lr-schedule kl"))
     kl_factor: float = field(
@@ -175,13 +176,7 @@ class PolicyGradientConfig(TrainConfig):
             raise ValueError(f"--kl-target must be > 0, got {self.kl_target}")
         positive(self, "kl_lr_min", "kl_lr_max", "std_init")
         non_negative(self, "weight_decay")
-        positive(self, "lr_decay_frames")
-        if self.lr_decay_frames is not None and self.lr_schedule != "linear":
-            raise ValueError(
-                f"--lr-decay-frames {self.lr_decay_frames} shapes --lr-schedule linear, but the "
-                f"schedule is {self.lr_schedule}: add --lr-schedule linear or drop "
-                "--lr-decay-frames"
-            )
+        check_lr_decay_frames(self)
         for name in ("kl_factor", "kl_lr_factor"):
             if getattr(self, name) < 1:
                 flag = "--" + name.replace("_", "-")

@@ -488,6 +488,19 @@ def _agree(fabric, shared, check: Callable[[], Any]):
 # --------------------------------------------------------------------------- the loop
 
 
+@dataclass
+class _Built:
+    """What :meth:`Engine._build` made: the env (with its env-held statistics), the learner,
+    the evaluator, the counters and, on a resume, this rank's own checkpoint payload."""
+
+    env: Any
+    env_modules: dict[str, nn.Module]
+    learner: Learner
+    evaluator: Any = None
+    counters: Counters = field(default_factory=Counters)
+    payload: dict[str, Any] | None = None
+
+
 class Engine:
     """Runs a learner under a config. See the module docstring for the loop."""
 
@@ -522,10 +535,7 @@ class Engine:
                 torch.distributed.destroy_process_group()
 
     def _fit(self, fabric) -> dict[str, Any]:
-        from rlkit.envs import check_same_spaces, get_reward_norm, make_env
-        from rlkit.training.evaluation import Evaluator
-
-        cfg, rank = self.cfg, fabric.global_rank
+        cfg = self.cfg
         torch.set_num_threads(cfg.threads)
         run_dir = resolve_run_dir(cfg, self.algo)
         resume_path = resume_checkpoint_path(cfg.resume, cfg.run_dir)
@@ -537,9 +547,37 @@ class Engine:
             (run_dir, save_token),
             lambda: check_run_dir(run_dir, new_run=new_run, overwrite=cfg.overwrite),
         )
-
         # 2. env, learner, evaluator and checkpoint: every refusal the flags and the env's
         # spaces decide happens here, before anything is written
+        built = self._build(fabric, resume_path)
+        if cfg.eval_only:
+            try:
+                return _evaluate_only(fabric, cfg, built.learner, built.env, run_dir)
+            finally:
+                built.env.close()
+        # 3. the run directory: created (old run moved aside with --overwrite) and locked
+        try:
+            lock = _agree(
+                fabric,
+                None,
+                lambda: claim_run_dir(run_dir, new_run=new_run, overwrite=cfg.overwrite),
+            )
+        except ValueError:
+            built.env.close()
+            raise
+        try:
+            return self._train(fabric, run_dir, resume_path, save_token, built)
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _build(self, fabric, resume_path: Path | None) -> _Built:
+        """Env, learner, evaluator (not for ``--eval-only``) and the resumed or warm-started
+        state; the env is closed when anything fails."""
+        from rlkit.envs import check_same_spaces, get_reward_norm, make_env
+        from rlkit.training.evaluation import Evaluator
+
+        cfg, rank = self.cfg, fabric.global_rank
         fabric.seed_everything(cfg.seed, verbose=False)  # identical networks on every rank
         env = make_env(
             cfg.env, num_envs=cfg.num_envs, seed=cfg.seed + 1000 * rank, **cfg.env_options()
@@ -557,12 +595,10 @@ class Engine:
             for optimizer in learner.optimizers().values():
                 _speedups.skip_cpu_graph_capture_check(optimizer)
             _broadcast_parameters(fabric, modules)
+            built = _Built(env, env_modules, learner)
             if cfg.eval_only:
-                try:
-                    return _evaluate_only(fabric, cfg, learner, env, run_dir)
-                finally:
-                    env.close()
-            evaluator = Evaluator(
+                return built
+            built.evaluator = Evaluator(
                 cfg.eval_env or cfg.env,
                 episodes=cfg.eval_episodes,
                 device=fabric.device,
@@ -570,58 +606,26 @@ class Engine:
                 max_steps=cfg.eval_max_steps,
             )
             if cfg.eval_env:
-                check_same_spaces(env, evaluator.env, train_id=cfg.env, eval_id=cfg.eval_env)
-            counters = Counters()
-            payload = None
+                check_same_spaces(env, built.evaluator.env, train_id=cfg.env, eval_id=cfg.eval_env)
             if resume_path is not None:
-                payload = _resume_rank(fabric, resume_path, learner, counters, env_modules)
+                built.payload = _resume_rank(
+                    fabric, resume_path, learner, built.counters, env_modules
+                )
             elif cfg.init_from:
                 _warm_start(Path(cfg.init_from), learner)
                 _broadcast_parameters(fabric, modules)
+            return built
         except BaseException:
             env.close()
             raise
 
-        # 3. the run directory: created (old run moved aside with --overwrite) and locked
-        try:
-            lock = _agree(
-                fabric,
-                None,
-                lambda: claim_run_dir(run_dir, new_run=new_run, overwrite=cfg.overwrite),
-            )
-        except ValueError:
-            env.close()
-            raise
-        try:
-            return self._train(
-                fabric,
-                run_dir,
-                resume_path,
-                payload,
-                save_token,
-                env,
-                env_modules,
-                learner,
-                evaluator,
-                counters,
-            )
-        finally:
-            if lock is not None:
-                lock.release()
-
-    def _train(
-        self,
-        fabric,
-        run_dir,
-        resume_path,
-        payload,
-        save_token,
-        env,
-        env_modules,
-        learner,
-        evaluator,
-        counters,
-    ) -> dict[str, Any]:
+    def _train(self, fabric, run_dir, resume_path, save_token, built: _Built) -> dict[str, Any]:
+        env, learner, evaluator, counters = (
+            built.env,
+            built.learner,
+            built.evaluator,
+            built.counters,
+        )
         cfg, rank = self.cfg, fabric.global_rank
         log = RunLog(
             run_dir,
@@ -647,6 +651,7 @@ class Engine:
             raise
         # random streams last, after everything built: the run goes on with the streams it
         # had when the checkpoint was written
+        payload = built.payload
         if payload is not None:  # this rank's own state
             ckpt.set_rng_state(payload["rng"])
             if "generator" in payload["rng"]:
@@ -658,7 +663,7 @@ class Engine:
                 torch.manual_seed(cfg.seed + 1000 * rank + counters.frames)
             ctx.generator.manual_seed(cfg.seed + 1000 * rank + counters.frames)
         state = _LoopState(fabric, cfg, learner, counters, log, evaluator, run_dir, save_token)
-        state.extra_modules = env_modules
+        state.extra_modules = built.env_modules
         state.generator = ctx.generator
         try:
             self._loop(state, ctx, collector)
