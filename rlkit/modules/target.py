@@ -24,9 +24,9 @@ from typing import Any, Literal
 
 import torch
 from tensordict import NestedKey, TensorDictBase
-from tensordict.nn import TensorDictModule
 from torch import Tensor, nn
-from torchrl.modules import ValueOperator
+
+from rlkit.modules.direct import module_output
 
 __all__ = ["TargetNetwork", "call_network"]
 
@@ -178,14 +178,7 @@ def call_network(
     A plain ``TensorDictModule`` / ``ValueOperator`` (also inside a
     :class:`~rlkit.modules.TargetNetwork`) is called on its input tensors directly, which is
     what its ``forward`` does, minus the TensorDict bookkeeping (about half the cost of a
-    small MLP's forward on the CPU).
+    small MLP's forward on the CPU): :func:`rlkit.modules.direct.module_output`.
     """
-    overrides = overrides or {}
     inner = network.module if isinstance(network, TargetNetwork) else network
-    if type(inner) in (TensorDictModule, ValueOperator) and list(inner.out_keys) == [out_key]:
-        args = (overrides[k] if k in overrides else tensordict.get(k) for k in inner.in_keys)
-        return inner.module(*args)
-    source = tensordict.select(*(k for k in inner.in_keys if k not in overrides))
-    for key, value in overrides.items():
-        source.set(key, value)
-    return network(source).get(out_key)
+    return module_output(inner, tensordict, out_key, overrides, call=network)

@@ -7,6 +7,7 @@ from tensordict import NestedKey, TensorDictBase
 from torch import Tensor, nn
 
 from rlkit import keys
+from rlkit.modules.direct import actor_dist
 from rlkit.modules.target import TargetNetwork
 from rlkit.objectives.common import (
     APPROX_KL,
@@ -182,7 +183,7 @@ class APPOLoss(PPOLoss):
     def _target_forward(self, tensordict: TensorDictBase) -> Tensor:
         module = self.target_actor.module
         with torch.no_grad():
-            dist = module.get_dist(tensordict.select(*module.in_keys))
+            dist = actor_dist(module, tensordict)
             log_prob = dist.log_prob(tensordict.get(self.tensor_keys.action))
         return log_prob.reshape(tensordict.batch_size)
 

@@ -33,6 +33,7 @@ from torchrl.objectives import LossModule
 
 from rlkit import keys
 from rlkit.keys import MissingKeyError
+from rlkit.modules.direct import actor_dist, module_output
 from rlkit.objectives.functional import (
     VALUE_LOSS_TYPES,
     explained_variance,
@@ -508,7 +509,7 @@ class ActorCriticLoss(LossBase):
         require_keys(tensordict, self._required_keys(), owner=owner)
         advantage = read_column(tensordict, self.tensor_keys.advantage, owner=owner).detach()
         target = read_column(tensordict, self.tensor_keys.value_target, owner=owner).detach()
-        dist = self.actor.get_dist(tensordict.select(*self.actor.in_keys))
+        dist = actor_dist(self.actor, tensordict)
         action = tensordict.get(self.tensor_keys.action)
         log_prob = per_sample_log_prob(dist, action, tensordict.batch_size, owner=owner)
         value = self._critic_value(tensordict)
@@ -536,7 +537,7 @@ class ActorCriticLoss(LossBase):
     def _critic_value(self, tensordict: TensorDictBase) -> Tensor:
         """V(s) from the critic as ``[*batch]``, computed on a copy (the input keeps its own)."""
         key = self.tensor_keys.state_value
-        value = self.critic(tensordict.select(*self.critic.in_keys)).get(key)
+        value = module_output(self.critic, tensordict, key)
         batch = tensordict.batch_size
         if value.shape != (*batch, 1):
             raise ValueError(

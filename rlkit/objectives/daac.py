@@ -17,6 +17,7 @@ from tensordict import NestedKey, TensorDict, TensorDictBase
 from torch import Tensor, nn
 
 from rlkit import keys
+from rlkit.modules.direct import actor_dist, module_output
 from rlkit.objectives.common import (
     ADVANTAGE_MEAN,
     ADVANTAGE_STD,
@@ -321,7 +322,7 @@ class DAACLoss(LossBase):
     def advantage_prediction(self, tensordict: TensorDictBase) -> Tensor:
         r""":math:`A_\theta(s, a)` at the stored action, ``[*batch]`` (computed on a copy)."""
         key = self.tensor_keys.advantage_pred
-        pred = self.advantage_head(tensordict.select(*self.advantage_head.in_keys)).get(key)
+        pred = module_output(self.advantage_head, tensordict, key)
         batch = tensordict.batch_size
         if pred.shape != (*batch, 1):
             raise ValueError(
@@ -336,7 +337,7 @@ class DAACLoss(LossBase):
         require_keys(tensordict, self._required_keys(), owner=owner)
         advantage = read_column(tensordict, self.tensor_keys.advantage, owner=owner).detach()
         behaviour = read_per_sample(tensordict, self.tensor_keys.action_log_prob, owner=owner)
-        dist = self.actor.get_dist(tensordict.select(*self.actor.in_keys))
+        dist = actor_dist(self.actor, tensordict)
         action = tensordict.get(self.tensor_keys.action)
         log_prob = per_sample_log_prob(dist, action, tensordict.batch_size, owner=owner)
         pred = self.advantage_prediction(tensordict)
@@ -478,7 +479,7 @@ class DAACValueLoss(LossBase):
         owner = "DAACValueLoss"
         require_keys(tensordict, self._required_keys(), owner=owner)
         target = read_column(tensordict, self.tensor_keys.value_target, owner=owner).detach()
-        value = self.critic(tensordict.select(*self.critic.in_keys)).get(keys.STATE_VALUE)
+        value = module_output(self.critic, tensordict, keys.STATE_VALUE)
         if value.shape != (*tensordict.batch_size, 1):
             raise ValueError(
                 f"DAACValueLoss: the critic wrote 'state_value' of shape {list(value.shape)}, "

@@ -9,6 +9,7 @@ from tensordict import NestedKey, TensorDict, TensorDictBase
 from torch import Tensor, nn
 
 from rlkit import keys
+from rlkit.modules.direct import actor_dist, module_output
 from rlkit.objectives.common import (
     ENTROPY,
     EXPLAINED_VARIANCE,
@@ -180,7 +181,7 @@ class IMPALALoss(ActorCriticLoss):
                 f"IMPALALoss needs a [N, T] batch of trajectories (time last), got batch_size "
                 f"{list(td.batch_size)}: do not flatten or shuffle the batch across time"
             )
-        dist = self.actor.get_dist(td.select(*self.actor.in_keys))
+        dist = actor_dist(self.actor, td)
         action = td.get(self.tensor_keys.action)
         log_prob = per_sample_log_prob(dist, action, td.batch_size, owner="IMPALALoss")
         return dist, log_prob
@@ -205,8 +206,8 @@ class IMPALALoss(ActorCriticLoss):
             value, next_value = self._values(td)
         else:
             with torch.no_grad():
-                next_value = self.critic(td.get(keys.NEXT).select(*self.critic.in_keys)).get(
-                    self.tensor_keys.state_value
+                next_value = module_output(
+                    self.critic, td.get(keys.NEXT), self.tensor_keys.state_value
                 )
         behaviour = td.get(self.tensor_keys.action_log_prob)
         if behaviour.shape != td.batch_size:

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from torch.distributions import Distribution, kl_divergence
 
 from rlkit import keys
+from rlkit.modules.direct import actor_dist, module_output
 from rlkit.objectives.common import (
     EXPLAINED_VARIANCE,
     LOSS_VALUE,
@@ -223,7 +224,7 @@ class PPGAuxLoss(LossBase):
         return needs
 
     def _value(self, net: nn.Module, key: NestedKey, td: TensorDictBase) -> Tensor:
-        value = net(td.select(*net.in_keys)).get(key)
+        value = module_output(net, td, key)
         if value.shape != (*td.batch_size, 1):
             raise ValueError(
                 f"PPGAuxLoss: {keys.describe(key)} has shape {list(value.shape)}, expected "
@@ -240,7 +241,7 @@ class PPGAuxLoss(LossBase):
         require_keys(tensordict, self._required_keys(), owner="PPGAuxLoss")
         target = read_column(tensordict, self.tensor_keys.value_target, owner="PPGAuxLoss")
         target = target.detach()
-        new_dist = self.actor.get_dist(tensordict.select(*self.actor.in_keys))
+        new_dist = actor_dist(self.actor, tensordict)
         kl = policy_kl(self.old_distribution(tensordict), new_dist, num_samples=self.kl_samples)
         aux = self._value(self.aux_critic, self.tensor_keys.aux_state_value, tensordict)
         value = self._value(self.critic, self.tensor_keys.state_value, tensordict)

@@ -64,6 +64,7 @@ from torch import Tensor, nn
 from torchrl.data import Categorical, Composite, OneHot, TensorSpec
 
 from rlkit import keys
+from rlkit.modules.direct import actor_dist
 from rlkit.modules.target import TargetNetwork, call_network
 from rlkit.objectives.common import READ_BY_NETWORK, VALUE_MEAN, LossBase, check_float, require_keys
 from rlkit.objectives.dqn import (
@@ -489,7 +490,7 @@ class SACLoss(_SACBase):
             inputs = (tensordict.get(k) for k in params.in_keys)
             loc, scale = params.module(*inputs)
             return tanh_normal_rsample(loc, scale, low=low.to(loc), high=high.to(loc))
-        dist = self.actor.get_dist(tensordict.select(*self.actor.in_keys))
+        dist = actor_dist(self.actor, tensordict)
         if hasattr(dist, "rsample_and_log_prob"):  # TanhNormal: scores the exact pre-tanh draw
             action, log_prob = dist.rsample_and_log_prob()
         else:
@@ -579,7 +580,7 @@ class DiscreteSACLoss(_SACBase):
 
     def _policy(self, tensordict: TensorDictBase) -> tuple[Tensor, Tensor]:
         """``(probs, log_probs)`` ``[B, n]`` of the categorical policy."""
-        dist = self.actor.get_dist(tensordict.select(*self.actor.in_keys))
+        dist = actor_dist(self.actor, tensordict)
         logits = dist.logits
         return logits.softmax(-1), logits.log_softmax(-1)
 
