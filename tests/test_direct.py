@@ -199,3 +199,56 @@ def test_learner_updates_equal_with_and_without_the_direct_path(algo):
     fresh = module.build(cfg, make_env("CartPole-v1", num_envs=4, seed=0))
     start = [t for m in fresh.modules().values() for t in m.state_dict().values()]
     assert any(not torch.equal(x, y) for x, y in zip(a, start))
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_collector_batches_equal_with_and_without_the_direct_path(env_id):
+    """The collector's direct sampling draws the same random numbers as the actor itself:
+    two collectors from the same seeds give identical batches, and the same global RNG state
+    afterwards."""
+    from rlkit.data.collector import make_collector
+    from rlkit.modules import make_actor
+
+    def collect(use_direct: bool):
+        torch.manual_seed(1)
+        env = make_env(env_id, num_envs=3, seed=1)
+        actor = make_actor(env, tanh=env_id == "Pendulum-v1")
+        collector = make_collector(env, actor, frames_per_batch=48)
+        assert collector._direct  # the plain actors take the direct path
+        if use_direct:
+            batches = [b for b, _ in zip(collector, range(3))]
+        else:
+            with direct.disabled():
+                batches = [b for b, _ in zip(collector, range(3))]
+        collector.shutdown()
+        return batches, torch.random.get_rng_state()
+
+    fast, rng_fast = collect(True)
+    slow, rng_slow = collect(False)
+    assert torch.equal(rng_fast, rng_slow)
+    for a, b in zip(fast, slow):
+        assert set(a.keys(True, True)) == set(b.keys(True, True))
+        for k in a.keys(True, True):
+            assert torch.equal(a.get(k), b.get(k)), k
+
+
+def test_actor_sample_steps_aside_for_deterministic_interaction_and_safe_actors():
+    from tensordict.nn import InteractionType, set_interaction_type
+    from torchrl.data import Categorical
+
+    torch.manual_seed(0)
+    actor = categorical_actor(3, 2)
+    td = _td()
+    assert direct.actor_sample(actor, td) is not None
+    with set_interaction_type(InteractionType.DETERMINISTIC):
+        assert direct.actor_sample(actor, td) is None
+    safe = ProbabilisticActor(
+        actor.module[0],
+        in_keys=[keys.LOGITS],
+        out_keys=[keys.ACTION],
+        spec=Categorical(2),
+        safe=True,
+        distribution_class=torch.distributions.Categorical,
+        return_log_prob=True,
+    )
+    assert direct.actor_sample(safe, td) is None  # the spec check is a forward hook

@@ -49,6 +49,7 @@ from torchrl.envs import DoubleToFloat, EnvBase, GymWrapper, RewardSum, StepCoun
 
 from rlkit import keys
 from rlkit.modules.compat import check_env_compat
+from rlkit.modules.direct import actor_sample, sampled_keys
 from rlkit.modules.normalization import ObservationNorm, RewardNorm
 
 __all__ = ["UnsupportedEnvError", "VectorEnvCollector", "make_collector", "rollout_steps_for"]
@@ -278,6 +279,9 @@ class VectorEnvCollector:
         check_env_compat(policy, env)  # index vs one-hot, action count, bounds
         self._state = self._initial_state()
         self._out_keys = self._probe_policy()
+        # a policy whose direct path writes exactly the keys the probe saw may take it
+        direct_keys = sampled_keys(self.policy) if isinstance(self.policy, nn.Module) else None
+        self._direct = direct_keys is not None and set(direct_keys) == set(self._out_keys)
         self.frames = 0
         self.closed = False
 
@@ -387,7 +391,11 @@ class VectorEnvCollector:
         with set_interaction_type(self.exploration_type):
             for _ in range(self.steps_per_batch):
                 self._record_state(root)
-                out = self.policy(self._policy_input())
+                inputs = self._policy_input()
+                # a plain ProbabilisticActor: its own draws without the TensorDict dispatch
+                out = actor_sample(self.policy, inputs) if self._direct else None
+                if out is None:
+                    out = self.policy(inputs)
                 for k in self._out_keys:
                     root[k].append(out.get(k))
                 self._step(out.get(keys.ACTION), nxt)

@@ -25,14 +25,23 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 from weakref import WeakKeyDictionary
 
+import torch
 from tensordict import NestedKey, TensorDictBase
-from tensordict.nn import ProbabilisticTensorDictModule, TensorDictModule, skip_existing
+from tensordict.nn import (
+    CompositeDistribution,
+    InteractionType,
+    ProbabilisticTensorDictModule,
+    TensorDictModule,
+    skip_existing,
+)
+from tensordict.nn.probabilistic import interaction_type
 from torch import Tensor, nn
 from torch.distributions import Distribution
 from torch.nn.modules import module as _torch_module
 from torchrl.modules import ProbabilisticActor, SafeProbabilisticModule, ValueOperator
+from torchrl.modules.distributions.utils import sample_and_log_prob
 
-__all__ = ["actor_dist", "disabled", "module_output"]
+__all__ = ["actor_dist", "actor_sample", "disabled", "module_output", "sampled_keys"]
 
 _ENABLED = True
 
@@ -47,6 +56,7 @@ def disabled() -> Iterator[None]:
         yield
     finally:
         _ENABLED = previous
+
 
 _WRAPPER_TYPES = (TensorDictModule, ValueOperator)
 _PROB_TYPES = (ProbabilisticTensorDictModule, SafeProbabilisticModule)
@@ -116,7 +126,15 @@ class _ModulePlan:
 class _ActorPlan:
     """A ``ProbabilisticActor`` = [``TensorDictModule`` (parameters), probabilistic module]."""
 
-    __slots__ = ("params", "dist_class", "dist_kwargs", "dist_keys", "param_keys", "wrappers")
+    __slots__ = (
+        "params",
+        "dist_class",
+        "dist_kwargs",
+        "dist_keys",
+        "param_keys",
+        "wrappers",
+        "sample_keys",
+    )
 
     def __init__(self, actor: ProbabilisticActor, params: _ModulePlan, prob) -> None:
         self.params = params
@@ -125,6 +143,22 @@ class _ActorPlan:
         self.dist_keys = tuple(k[-1] if isinstance(k, tuple) else k for k in prob.dist_keys)
         self.param_keys = tuple(prob.in_keys)
         self.wrappers = (actor, actor.module, params.wrappers[0], prob)
+        #: the keys a RANDOM forward writes, in the actor's order, or None when the forward
+        #: does more than sample and score once (no log-prob, several samples, a generator)
+        self.sample_keys: tuple[str, ...] | None = None
+        written = [*params.out_keys, *prob.dist_sample_keys, prob.log_prob_key]
+        if (
+            type(prob) is SafeProbabilisticModule
+            and prob.return_log_prob
+            and prob.num_samples is None
+            and not getattr(prob, "cache_dist", False)
+            and getattr(prob, "_generator", None) is None
+            and getattr(prob, "_generator_key", None) is None
+            and len(prob.dist_sample_keys) == 1
+            and _plain_keys(written)
+            and len(set(written)) == len(written)
+        ):
+            self.sample_keys = tuple(written)
 
     def current(self) -> bool:
         """The actor still holds the same two parts, with the wiring the plan read."""
@@ -188,17 +222,55 @@ def _direct_allowed() -> bool:
 def actor_dist(actor: nn.Module, td: TensorDictBase) -> Distribution:
     """``actor.get_dist(td.select(*actor.in_keys))``, bit for bit, without the TensorDict
     dispatch for a plain ``ProbabilisticActor`` (see the module docstring)."""
-    if actor not in _ACTOR_PLANS:
-        _ACTOR_PLANS[actor] = _actor_plan(actor)
-    plan = _ACTOR_PLANS[actor]
-    if plan is not None and not plan.current():
-        plan = _ACTOR_PLANS[actor] = _actor_plan(actor)
+    plan = _plan_for(actor)
     if plan is not None and _no_hooks(*plan.wrappers) and _direct_allowed():
         try:
             return plan.dist(td)
         except _Mismatch:
             pass
     return actor.get_dist(td.select(*actor.in_keys))
+
+
+def _plan_for(actor: nn.Module) -> _ActorPlan | None:
+    if actor not in _ACTOR_PLANS:
+        _ACTOR_PLANS[actor] = _actor_plan(actor)
+    plan = _ACTOR_PLANS[actor]
+    if plan is not None and not plan.current():
+        plan = _ACTOR_PLANS[actor] = _actor_plan(actor)
+    return plan
+
+
+def sampled_keys(actor: nn.Module) -> tuple[str, ...] | None:
+    """The keys :func:`actor_sample` returns for ``actor``, or None if it never takes it."""
+    plan = _plan_for(actor)
+    return None if plan is None else plan.sample_keys
+
+
+def actor_sample(actor: nn.Module, td: TensorDictBase) -> dict[str, Tensor] | None:
+    """What ``actor(td)`` writes under RANDOM interaction (distribution parameters, action,
+    log-probability), as a dict, for a plain ``ProbabilisticActor`` whose probabilistic module
+    samples once and scores the draw: the same calls in the same order, so the same random
+    numbers are drawn. ``None`` when the actor must run itself (any other case)."""
+    plan = _plan_for(actor)
+    if plan is None or plan.sample_keys is None:
+        return None
+    prob = plan.wrappers[3]
+    mode = interaction_type() or prob.default_interaction_type
+    if mode is not InteractionType.RANDOM or not (_no_hooks(*plan.wrappers) and _direct_allowed()):
+        return None
+    try:
+        out = plan.params.outputs(td)
+    except _Mismatch:
+        return None
+    kwargs = {d: out[k] for d, k in zip(plan.dist_keys, plan.param_keys)}
+    dist = plan.dist_class(**kwargs, **plan.dist_kwargs)
+    if isinstance(dist, CompositeDistribution):
+        return None
+    sample, log_prob = sample_and_log_prob(dist, torch.Size(), reparameterize=dist.has_rsample)
+    keys_ = plan.sample_keys
+    out[keys_[-2]] = sample
+    out[keys_[-1]] = log_prob
+    return out
 
 
 def module_output(
