@@ -262,7 +262,9 @@ def _probe(actor: nn.Module, env: Any, action_key: NestedKey) -> tuple[Any, Tens
     present = td.keys(True, True)
     if any(k not in present for k in in_keys):
         return None
-    with torch.random.fork_rng(devices=[]), torch.no_grad():
+    # a policy with random streams of its own (a population's) keeps them too
+    streams = getattr(actor, "fork_streams", contextlib.nullcontext)
+    with streams(), torch.random.fork_rng(devices=[]), torch.no_grad():
         out = actor(td.select(*in_keys))
     if not isinstance(out, TensorDictBase) or out.get(action_key, None) is None:
         return None
