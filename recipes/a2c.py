@@ -1,12 +1,12 @@
 """A2C: synchronous advantage actor-critic (Mnih et al. 2016), as in Stable-Baselines3.
 
-Run ``python recipes/a2c.py --help`` for every flag. The config, presets, networks and
-learner live in :mod:`rlkit.algorithms.a2c`, importable from any directory; this script
-only runs them.
+Run ``python recipes/a2c.py --help`` for every flag. The config and presets live in
+:mod:`rlkit.configs.a2c` (torch-free: flags and ``--help`` answer at once), the networks,
+learner and ``train`` in :mod:`rlkit.algorithms.a2c`, importable from any directory; this
+script only runs them.
 """
 
-from rlkit.algorithms.a2c import main
-from rlkit.training import cli
+from rlkit.training.cli import recipe
 
 if __name__ == "__main__":
-    cli(main)
+    recipe("a2c")

@@ -1,12 +1,12 @@
 """DAAC: Decoupled Advantage Actor-Critic (Raileanu & Fergus 2021).
 
-Run ``python recipes/daac.py --help`` for every flag. The config, presets, networks and
-learner live in :mod:`rlkit.algorithms.daac`, importable from any directory; this script
-only runs them.
+Run ``python recipes/daac.py --help`` for every flag. The config and presets live in
+:mod:`rlkit.configs.daac` (torch-free: flags and ``--help`` answer at once), the networks,
+learner and ``train`` in :mod:`rlkit.algorithms.daac`, importable from any directory; this
+script only runs them.
 """
 
-from rlkit.algorithms.daac import main
-from rlkit.training import cli
+from rlkit.training.cli import recipe
 
 if __name__ == "__main__":
-    cli(main)
+    recipe("daac")

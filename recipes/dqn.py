@@ -1,12 +1,12 @@
 """DQN: deep Q-learning from a replay buffer (Mnih et al. 2015), double-DQN and n-step options.
 
-Run ``python recipes/dqn.py --help`` for every flag. The config, presets, networks and
-learner live in :mod:`rlkit.algorithms.dqn`, importable from any directory; this script
-only runs them.
+Run ``python recipes/dqn.py --help`` for every flag. The config and presets live in
+:mod:`rlkit.configs.dqn` (torch-free: flags and ``--help`` answer at once), the networks,
+learner and ``train`` in :mod:`rlkit.algorithms.dqn`, importable from any directory; this
+script only runs them.
 """
 
-from rlkit.algorithms.dqn import main
-from rlkit.training import cli
+from rlkit.training.cli import recipe
 
 if __name__ == "__main__":
-    cli(main)
+    recipe("dqn")

@@ -1,12 +1,12 @@
 """IMPALA: V-trace actor-critic with asynchronous collection (Espeholt et al. 2018).
 
-Run ``python recipes/impala.py --help`` for every flag. The config, presets, networks and
-learner live in :mod:`rlkit.algorithms.impala`, importable from any directory; this script
-only runs them.
+Run ``python recipes/impala.py --help`` for every flag. The config and presets live in
+:mod:`rlkit.configs.impala` (torch-free: flags and ``--help`` answer at once), the networks,
+learner and ``train`` in :mod:`rlkit.algorithms.impala`, importable from any directory; this
+script only runs them.
 """
 
-from rlkit.algorithms.impala import main
-from rlkit.training import cli
+from rlkit.training.cli import recipe
 
 if __name__ == "__main__":
-    cli(main)
+    recipe("impala")

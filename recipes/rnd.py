@@ -1,12 +1,12 @@
 """RND-PPO: Exploration by Random Network Distillation (Burda et al. 2018), twin critic.
 
-Run ``python recipes/rnd.py --help`` for every flag. The config, presets, networks and
-learner live in :mod:`rlkit.algorithms.rnd`, importable from any directory; this script
-only runs them.
+Run ``python recipes/rnd.py --help`` for every flag. The config and presets live in
+:mod:`rlkit.configs.rnd` (torch-free: flags and ``--help`` answer at once), the networks,
+learner and ``train`` in :mod:`rlkit.algorithms.rnd`, importable from any directory; this
+script only runs them.
 """
 
-from rlkit.algorithms.rnd import main
-from rlkit.training import cli
+from rlkit.training.cli import recipe
 
 if __name__ == "__main__":
-    cli(main)
+    recipe("rnd")

@@ -1,12 +1,12 @@
 """SVPG: Stein Variational Policy Gradient (Liu, Ramachandran, Liu & Peng 2017), A2C particles.
 
-Run ``python recipes/svpg.py --help`` for every flag. The config, presets, networks and
-learner live in :mod:`rlkit.algorithms.svpg`, importable from any directory; this script
-only runs them.
+Run ``python recipes/svpg.py --help`` for every flag. The config and presets live in
+:mod:`rlkit.configs.svpg` (torch-free: flags and ``--help`` answer at once), the networks,
+learner and ``train`` in :mod:`rlkit.algorithms.svpg`, importable from any directory; this
+script only runs them.
 """
 
-from rlkit.algorithms.svpg import main
-from rlkit.training import cli
+from rlkit.training.cli import recipe
 
 if __name__ == "__main__":
-    cli(main)
+    recipe("svpg")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -57,8 +58,10 @@ def test_the_engine_layer_holds_no_algorithm():
     assert engine == {
         "__init__",
         "checkpoint",
+        "cli",
         "config",
         "engine",
+        "errors",
         "evaluation",
         "runlog",
         "schedules",
@@ -67,6 +70,12 @@ def test_the_engine_layer_holds_no_algorithm():
     for name in algorithms.NAMES:
         module = algorithms.load(name)
         assert callable(module.main) and callable(module.build) and isinstance(module.PRESETS, dict)
+        assert callable(module.train)
+        # the config, presets and --help text: torch-free, in rlkit/configs/<name>.py
+        config = importlib.import_module(f"rlkit.configs.{name}")
+        assert module.PRESETS is config.PRESETS
+        assert algorithms.config_class(name) is config.CONFIG
+        assert "Algorithm box:" in config.__doc__
         recipe = (root.parent / "recipes" / f"{name}.py").read_text()
-        assert f"from rlkit.algorithms.{name} import main" in recipe
+        assert f'recipe("{name}")' in recipe
         assert len(recipe.splitlines()) < 20  # a thin script

@@ -1,7 +1,9 @@
-"""Each algorithm in one module: its config, presets, networks wiring, learner and ``main``.
+"""Each algorithm in one module: its networks wiring, learner, ``build``, ``train`` and ``main``.
 
-``rlkit.algorithms.<name>`` is what ``recipes/<name>.py`` runs; research code imports the
-same config, presets and ``build`` from any directory::
+``rlkit.algorithms.<name>`` is what ``recipes/<name>.py`` trains; its config and presets are
+declared torch-free in :mod:`rlkit.configs.<name>` (the recipe parses its flags there, so
+``--help`` imports no torch) and imported here under the same names. Research code imports
+the config, presets and ``build`` from any directory::
 
     from rlkit.algorithms import ppo
     cfg = ppo.PPOConfig(total_frames=20_000)
@@ -25,22 +27,9 @@ def load(name: str) -> ModuleType:
 
 
 def config_class(name: str) -> type:
-    """The config dataclass that algorithm ``name``'s ``main`` parses: the module's own
-    ``TrainConfig`` subclass that no other class of the module extends."""
-    import dataclasses
-
-    from rlkit.training.config import TrainConfig
-
-    module = load(name)
-    own = [
-        v
-        for v in vars(module).values()
-        if isinstance(v, type)
-        and issubclass(v, TrainConfig)
-        and dataclasses.is_dataclass(v)
-        and v.__module__ == module.__name__
-    ]
-    leaves = [c for c in own if not any(o is not c and issubclass(o, c) for o in own)]
-    if len(leaves) != 1:
-        raise RuntimeError(f"{module.__name__} declares configs {leaves}, expected one leaf")
-    return leaves[0]
+    """The config dataclass that algorithm ``name``'s ``main`` (and ``recipes/<name>.py``)
+    parses: ``CONFIG`` of its torch-free config module :mod:`rlkit.configs.<name>` (imports
+    no torch)."""
+    if name not in NAMES:
+        raise ValueError(f"unknown algorithm {name!r}; known: {', '.join(NAMES)}")
+    return importlib.import_module(f"rlkit.configs.{name}").CONFIG

@@ -1,60 +1,17 @@
-"""A2C: synchronous advantage actor-critic (Mnih et al. 2016), as in Stable-Baselines3.
+"""A2C (Mnih et al. 2016): networks, learner and :func:`train`, what ``recipes/a2c.py`` runs.
 
-    python recipes/a2c.py                            # CartPole-v1, built-in defaults
-    python recipes/a2c.py --env Pendulum-v1          # continuous actions
-    python recipes/a2c.py --help                     # every flag
-
-Algorithm box:
-    1. config      A2CConfig (defaults, per-env preset, --config YAML, flags)
-    2. networks    actor pi(a|s), critic V(s) (+ running observation normalisation)
-    3. estimator   GAE(gamma, lambda); lambda = 1 gives the n-step return of the paper
-    4. loss        -log pi(a|s) A + value regression + entropy bonus
-    5. learner     one gradient step per batch (RMSprop, as the paper and SB3)
-    6. fit         the engine: collect, update, evaluate, checkpoint
+The config (:class:`A2CConfig`), its presets and the algorithm box that ``--help`` shows live
+in the torch-free :mod:`rlkit.configs.a2c` and are imported here under their old names.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from rlkit.algorithms.onpolicy import OnPolicyConfig, PolicyGradientLearner, build_actor_critic
+from rlkit.algorithms.onpolicy import PolicyGradientLearner, build_actor_critic
+from rlkit.configs import a2c as _config
+from rlkit.configs.a2c import PRESETS, A2CConfig
 from rlkit.objectives import A2CLoss
 from rlkit.training import parse_config, run
 from rlkit.value import GAE
-
-
-# 1. config ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class A2CConfig(OnPolicyConfig):
-    """Train A2C. Defaults follow Stable-Baselines3's A2C (8 envs x 5 steps, RMSprop)."""
-
-    total_frames: int = field(default=500_000, metadata={"help": "frames to train for"})
-    rollout_steps: int = 5
-    epochs: int = 1
-    minibatch_size: int | None = field(
-        default=None,
-        metadata={
-            "help": "samples per gradient step (none: the whole batch, A2C's one step per "
-            "batch at any --num-envs)"
-        },
-    )
-    lr: float = field(default=7e-4, metadata={"help": "learning rate"})
-    optimizer: str = "rmsprop"
-    gamma: float = 0.99
-    gae_lambda: float = field(default=1.0, metadata={"help": "GAE lambda (1: n-step return)"})
-    normalize_advantage: bool = False
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.lr_schedule == "kl":
-            raise ValueError(
-                "--lr-schedule kl adapts the learning rate to the policy's KL between "
-                "updates, which A2C's loss does not measure: use --lr-schedule constant or "
-                "linear"
-            )
-
-
-PRESETS: dict[str, dict] = {}
 
 
 # 2-5. networks, estimator, loss, learner ----------------------------------------------------
@@ -80,6 +37,14 @@ def build(cfg: A2CConfig, env) -> PolicyGradientLearner:
 
 
 # 6. fit -------------------------------------------------------------------------------------
-def main(argv: list[str] | None = None) -> dict:
-    cfg = parse_config(A2CConfig, argv, presets=PRESETS, description=__doc__)
+def train(cfg: A2CConfig) -> dict:
+    """Train A2C under a parsed ``cfg`` (what ``recipes/a2c.py`` runs after its
+    flags); returns the run summary."""
     return run(cfg, build, algo="a2c")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """``recipes/a2c.py`` from Python: parse ``argv`` (default: the command line), then
+    :func:`train`."""
+    cfg = parse_config(A2CConfig, argv, presets=PRESETS, description=_config.__doc__)
+    return train(cfg)

@@ -1,136 +1,27 @@
-"""DAAC: Decoupled Advantage Actor-Critic (Raileanu & Fergus 2021).
+"""DAAC (Raileanu & Fergus 2021): networks, learner and :func:`train` (``recipes/daac.py``).
 
-    python recipes/daac.py                                 # CartPole-v1, built-in defaults
-    python recipes/daac.py --env Pendulum-v1               # continuous actions (preset)
-    python recipes/daac.py --adv-coef 0.05 --value-epochs 4 --value-freq 2
-    python recipes/daac.py --accelerator cpu --devices 2 --strategy ddp
-    python recipes/daac.py --help                          # every flag
-
-Algorithm box:
-    1. config      DAACConfig (defaults, per-env preset, --config YAML, flags)
-    2. networks    policy net (trunk -> pi head, trunk -> advantage head A(s, a)) and a
-                   separate value net V(s)
-    3. estimator   GAE(gamma, lambda) with V writes advantage and value_target; the
-                   advantage is standardised once per batch (--advantage-norm)
-    4. losses      policy: clipped surrogate - entropy + adv_coef (A(s, a) - A_GAE)^2;
-                   value: 1/2 (V(s) - V_target)^2 (optionally clipped)
-    5. learner     --epochs of the policy loss, then every --value-freq batches
-                   --value-epochs of the value loss; one optimiser per network
-    6. fit         the engine: collect, update, evaluate, checkpoint
+The config (:class:`DAACConfig`), its presets and the algorithm box that ``--help`` shows live
+in the torch-free :mod:`rlkit.configs.daac` and are imported here under their old names.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from rlkit.algorithms.onpolicy import ClipConfig, PolicyGradientLearner, make_optimizer
+from rlkit.algorithms.onpolicy import PolicyGradientLearner, make_optimizer
+from rlkit.configs import daac as _config
+from rlkit.configs.daac import PRESETS, DAACConfig
 from rlkit.modules.daac_networks import DAACNetworks, daac_networks
-from rlkit.objectives.daac import ADVANTAGE_NORMS, ADVANTAGE_TARGETS, DAACLoss, DAACValueLoss
+from rlkit.objectives.daac import DAACLoss, DAACValueLoss
 from rlkit.training import parse_config, run, schedules
-from rlkit.training.config import non_negative, positive
 from rlkit.training.engine import Context
 from rlkit.training.update import LossGroup, update_loop
 from rlkit.value import GAE
-
-
-def _help(text: str, **kw: Any) -> dict[str, Any]:
-    return {"help": text, **kw}
-
-
-# 1. config ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class DAACConfig(ClipConfig):
-    """Train DAAC. Defaults solve CartPole-v1; flags override (see --help).
-
-    Flags of DAAC (on top of the on-policy ones; ``--epochs`` is the policy epochs)."""
-
-    total_frames: int = field(default=200_000, metadata={"help": "frames to train for"})
-    rollout_steps: int = 32
-    epochs: int = field(default=10, metadata={"help": "policy epochs per batch"})
-    minibatch_size: int = 128
-    lr: float = field(default=1e-3, metadata={"help": "initial learning rate"})
-    lr_schedule: str = "linear"
-    gamma: float = 0.98
-    gae_lambda: float = 0.8
-    clip_epsilon_final: float | None = 0.0
-
-    value_epochs: int = field(
-        default=20, metadata=_help("value-network epochs per value update (the paper: 9)")
-    )
-    value_freq: int = field(
-        default=1, metadata=_help("update the value network every k batches (the paper: 1)")
-    )
-    adv_coef: float = field(
-        default=0.25, metadata=_help("weight alpha_a of the advantage-head loss (paper: 0.25)")
-    )
-    advantage_target: str = field(
-        default="normalized",
-        metadata=_help(
-            "advantage head target: normalized (the advantage the surrogate uses, as the "
-            "authors' code) or raw (the GAE advantage, as the paper's text)",
-            choices=ADVANTAGE_TARGETS,
-        ),
-    )
-    normalize_advantage: bool = field(
-        default=True, metadata=_help("standardise advantages (over what: --advantage-norm)")
-    )
-    advantage_norm: str = field(
-        default="batch",
-        metadata=_help(
-            "standardise the advantage (the surrogate's and the advantage head's normalized "
-            "target) once per batch, as the authors' code does, or per minibatch",
-            choices=ADVANTAGE_NORMS,
-        ),
-    )
-    adv_hidden: tuple[int, ...] | None = field(
-        default=None,
-        metadata=_help(
-            "hidden layers of the advantage head; none: linear for discrete actions, one "
-            "layer of the last --hidden width for continuous ones"
-        ),
-    )
-    value_coef: float = field(
-        default=1.0,
-        metadata=_help("value loss weight (own optimiser: scales its gradient before clipping)"),
-    )
-    value_lr: float | None = field(
-        default=None, metadata=_help("value-network learning rate (none: --lr; scheduled alike)")
-    )
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        positive(self, "value_epochs", "value_freq", "value_lr")
-        non_negative(self, "adv_coef")
-        if self.adv_hidden is not None and any(h <= 0 for h in self.adv_hidden):
-            raise ValueError(f"--adv-hidden needs positive layer sizes, got {self.adv_hidden}")
-
-
-#: Settings that override the defaults for an environment (flags and --config still win).
-PRESETS: dict[str, dict] = {
-    "Pendulum-v1": dict(
-        total_frames=300_000,
-        num_envs=4,
-        rollout_steps=1024,
-        epochs=10,
-        value_epochs=10,
-        minibatch_size=64,
-        # 0.25 held seed 0 near -570 for 100k frames; 0.05 reached -180 at 61k (0: -264)
-        adv_coef=0.05,
-        lr=1e-3,
-        lr_schedule="constant",
-        gamma=0.9,
-        gae_lambda=0.95,
-        clip_epsilon_final=None,
-        normalize_obs=True,
-        target_return=None,
-    ),
-}
 
 
 def _unique_parameters(*modules: nn.Module) -> list[nn.Parameter]:
@@ -311,6 +202,14 @@ def build(cfg: DAACConfig, env) -> DAACLearner:
 
 
 # 6. fit -------------------------------------------------------------------------------------
-def main(argv: list[str] | None = None) -> dict:
-    cfg = parse_config(DAACConfig, argv, presets=PRESETS, description=__doc__)
+def train(cfg: DAACConfig) -> dict:
+    """Train DAAC under a parsed ``cfg`` (what ``recipes/daac.py`` runs after its
+    flags); returns the run summary."""
     return run(cfg, build, algo="daac")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """``recipes/daac.py`` from Python: parse ``argv`` (default: the command line), then
+    :func:`train`."""
+    cfg = parse_config(DAACConfig, argv, presets=PRESETS, description=_config.__doc__)
+    return train(cfg)

@@ -1,121 +1,27 @@
-"""RND-PPO: Exploration by Random Network Distillation (Burda et al. 2018), twin critic.
+"""RND-PPO (Burda et al. 2018): networks, learner and :func:`train`, what ``recipes/rnd.py`` runs.
 
-    python recipes/rnd.py                                  # MountainCar, sparse reward
-    python recipes/rnd.py --env MountainCar-v0             # MountainCar-v0's -1 per step
-    python recipes/rnd.py --int-coef 0                     # the same agent without the bonus
-    python recipes/rnd.py --target-return -160 --seed 3    # stop once solved
-    python recipes/rnd.py --accelerator cpu --devices 2 --strategy ddp
-    python recipes/rnd.py --help                           # every flag
-
-Algorithm box:
-    1. config      RNDConfig (defaults, per-env preset, --config YAML, flags)
-    2. networks    actor pi(a|s); twin critic V_ext(s), V_int(s) (one trunk, two heads);
-                   RND: frozen random target f, trained predictor f_hat
-    3. bonus       r_int = ||f_hat(s') - f(s')||^2 / std(discounted intrinsic return)
-    4. estimator   TwinGAE: extrinsic GAE (episodic, gamma), intrinsic GAE (non-episodic,
-                   gamma_int)
-    5. losses      PPO clipped surrogate on ext_coef * A_ext + int_coef * A_int, both value
-                   heads' regressions, entropy bonus; predictor MSE on s' of a random
-                   update_proportion of each minibatch
-    6. learner     epochs x minibatches, the two losses in lockstep (policy/critic
-                   optimizer and predictor optimizer)
-    7. fit         the engine: collect, update, evaluate, checkpoint
+The config (:class:`RNDConfig`), its presets and the algorithm box that ``--help`` shows live
+in the torch-free :mod:`rlkit.configs.rnd` and are imported here under their old names.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 from tensordict import TensorDictBase
 from torch import nn
 
 from rlkit import keys
-from rlkit.algorithms.onpolicy import ClipConfig, PolicyGradientLearner, make_optimizer
+from rlkit.algorithms.onpolicy import PolicyGradientLearner, make_optimizer
+from rlkit.configs import rnd as _config
+from rlkit.configs.rnd import PRESETS, RNDConfig
 from rlkit.modules.rnd_networks import rnd_networks
 from rlkit.objectives.rnd import RND, RNDPPOLoss, RNDPredictorLoss
 from rlkit.training import parse_config, run
-from rlkit.training.config import in_unit_interval, non_negative, positive
 from rlkit.training.engine import Context
 from rlkit.training.update import LossGroup
 from rlkit.value import TwinGAE
-
-
-def _help(text: str, **kw: Any) -> dict[str, Any]:
-    return {"help": text, **kw}
-
-
-# 1. config ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class RNDConfig(ClipConfig):
-    """Train RND-PPO. Defaults explore MountainCar with a sparse reward (1 at the goal, 0
-    otherwise), scored on MountainCar-v0's return; flags override.
-
-    Flags of RND-PPO on top of PPO's (``--gamma`` is the extrinsic discount)."""
-
-    env: str = "rlkit/MountainCarSparse-v0"
-    total_frames: int = field(default=1_000_000, metadata={"help": "frames to train for"})
-    num_envs: int = 32
-    rollout_steps: int = 128
-    epochs: int = 4
-    minibatch_size: int = 1024
-    lr: float = field(default=3e-4, metadata={"help": "learning rate"})
-    gae_lambda: float = field(default=0.95, metadata={"help": "GAE lambda (both streams)"})
-    entropy_coef: float = 0.001
-    normalize_obs: bool = field(
-        default=True, metadata={"help": "running observation normalisation (policy, critic)"}
-    )
-    normalize_reward: bool = field(
-        default=True,
-        metadata={"help": "scale extrinsic rewards by the std of their discounted return"},
-    )
-    eval_every: int = field(default=25_000, metadata={"help": "evaluate every this many frames"})
-
-    gamma: float = field(default=0.999, metadata=_help("extrinsic discount (episodic)"))
-    gamma_int: float = field(
-        default=0.99, metadata=_help("intrinsic discount (non-episodic stream)")
-    )
-    ext_coef: float = field(default=2.0, metadata=_help("weight of the extrinsic advantage"))
-    int_coef: float = field(default=1.0, metadata=_help("weight of the intrinsic advantage"))
-    update_proportion: float = field(
-        default=0.25, metadata=_help("fraction of each minibatch the predictor trains on")
-    )
-    rnd_features: int = field(default=64, metadata=_help("width of the random features"))
-    rnd_hidden: tuple[int, ...] = field(
-        default=(64, 64), metadata=_help("hidden sizes of the target and predictor networks")
-    )
-    rnd_activation: str = field(
-        default="relu",
-        metadata=_help("activation of the RND networks", choices=("relu", "leaky_relu", "tanh")),
-    )
-    rnd_obs_clip: float = field(
-        default=5.0, metadata=_help("clip of the normalised observations fed to RND")
-    )
-    predictor_lr: float | None = field(
-        default=None, metadata=_help("predictor learning rate (none: --lr, same schedule)")
-    )
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        in_unit_interval(self, "gamma_int")
-        in_unit_interval(self, "update_proportion", closed_low=False)
-        non_negative(self, "ext_coef", "int_coef")
-        positive(self, "rnd_features", "rnd_obs_clip", "predictor_lr")
-        if self.ext_coef == 0 and self.int_coef == 0:
-            raise ValueError("--ext-coef and --int-coef are both 0: set at least one > 0")
-        if not self.rnd_hidden or any(h <= 0 for h in self.rnd_hidden):
-            raise ValueError(f"--rnd-hidden needs positive layer sizes, got {self.rnd_hidden}")
-
-
-#: Settings that override the defaults for an environment (flags and --config still win).
-PRESETS: dict[str, dict] = {
-    # trained on 0/1 rewards, scored on MountainCar-v0's return (-steps to the goal, -200 if
-    # never), with sampled actions: the argmax of a near-uniform policy often swings the car
-    # to the goal by chance, the policy that acts does not (docs/recipes/rnd.md)
-    "rlkit/MountainCarSparse-v0": dict(eval_env="MountainCar-v0", eval_deterministic=False),
-}
 
 
 def build_rnd_networks(cfg: RNDConfig, env) -> tuple[nn.Module, nn.Module, RND, nn.Module | None]:
@@ -307,6 +213,14 @@ def build(cfg: RNDConfig, env) -> RNDLearner:
 
 
 # 7. fit -------------------------------------------------------------------------------------
-def main(argv: list[str] | None = None) -> dict:
-    cfg = parse_config(RNDConfig, argv, presets=PRESETS, description=__doc__)
+def train(cfg: RNDConfig) -> dict:
+    """Train RND-PPO under a parsed ``cfg`` (what ``recipes/rnd.py`` runs after its
+    flags); returns the run summary."""
     return run(cfg, build, algo="rnd")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """``recipes/rnd.py`` from Python: parse ``argv`` (default: the command line), then
+    :func:`train`."""
+    cfg = parse_config(RNDConfig, argv, presets=PRESETS, description=_config.__doc__)
+    return train(cfg)

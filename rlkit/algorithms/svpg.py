@@ -1,27 +1,12 @@
-"""SVPG: Stein Variational Policy Gradient (Liu, Ramachandran, Liu & Peng 2017), A2C particles.
+"""SVPG (Liu et al. 2017): networks, learner and :func:`train`, what ``recipes/svpg.py`` runs.
 
-    python recipes/svpg.py                                  # CartPole-v1, 4 particles
-    python recipes/svpg.py --particles 8 --num-envs 64      # 8 particles x 8 envs
-    python recipes/svpg.py --temperature 10                 # more repulsion between particles
-    python recipes/svpg.py --accelerator cpu --devices 2 --strategy ddp
-    python recipes/svpg.py --help                           # every flag
-
-Algorithm box:
-    1. config      SVPGConfig (defaults, per-env preset, --config YAML, flags)
-    2. networks    P actors pi_p(a|s) and P critics V_p(s), parameters stacked [P, ...] and run
-                   as one vmapped batch; env e of N acts with particle e // (N / P)
-    3. estimator   GAE(gamma, lambda) per env, with that env's particle's critic
-    4. loss        A2C per particle (-log pi A + value regression + entropy), summed over P
-    5. learner     per-particle gradient clipping, then the Stein update of the actors'
-                   gradients: phi_i = 1/P sum_j [k(th_j, th_i) grad J_j / alpha
-                   + grad_th_j k(th_j, th_i)], RBF kernel with the median-heuristic bandwidth
-    6. fit         the engine: collect, update, evaluate (all particles), checkpoint
+The config (:class:`SVPGConfig`), its presets and the algorithm box that ``--help`` shows live
+in the torch-free :mod:`rlkit.configs.svpg` and are imported here under their old names.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -29,8 +14,9 @@ from tensordict import TensorDictBase
 from torch import Tensor, nn
 
 from rlkit import keys
-from rlkit.algorithms._checks import finite_floats
 from rlkit.algorithms.onpolicy import make_optimizer
+from rlkit.configs import svpg as _config
+from rlkit.configs.svpg import PRESETS, SVPGConfig
 from rlkit.modules.particles import (
     ParticlePolicy,
     build_particles,
@@ -40,90 +26,10 @@ from rlkit.modules.particles import (
 from rlkit.objectives.a2c import A2CLoss
 from rlkit.objectives.functional import standardize
 from rlkit.objectives.svpg import median_bandwidth, rbf_kernel, stein_update
-from rlkit.training import TrainConfig, parse_config, run, schedules
-from rlkit.training.config import in_unit_interval, non_negative, positive
+from rlkit.training import parse_config, run, schedules
 from rlkit.training.engine import Context, Learner
 from rlkit.training.update import LossGroup, MeanMetrics, update_loop
 from rlkit.value import GAE
-
-
-# 1. config ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class SVPGConfig(TrainConfig):
-    """Train SVPG with A2C particles. Each particle is SB3's A2C (8 envs x 5 steps, RMSprop)."""
-
-    total_frames: int = field(
-        default=800_000, metadata={"help": "frames to train for, all particles together"}
-    )
-    particles: int = field(default=4, metadata={"help": "number of policy particles P"})
-    temperature: float = field(
-        default=1.0, metadata={"help": "SVPG temperature alpha: larger weights the repulsion"}
-    )
-    bandwidth: float | None = field(
-        default=None,
-        metadata={"help": "fixed RBF kernel width h in exp(-d^2/h); none: median heuristic"},
-    )
-    num_envs: int = field(
-        default=32,
-        metadata={"help": "parallel envs per rank, all particles together (a multiple of P)"},
-    )
-    rollout_steps: int = field(default=5, metadata={"help": "steps per env per batch"})
-    epochs: int = field(default=1, metadata={"help": "full-batch gradient steps per batch"})
-    lr: float = field(default=7e-4, metadata={"help": "learning rate (initial, when linear)"})
-    lr_schedule: str = field(
-        default="constant",
-        metadata={"help": "constant or linear (to --lr-final)", "choices": ("constant", "linear")},
-    )
-    lr_final: float = field(default=0.0, metadata={"help": "final learning rate when linear"})
-    optimizer: str = field(
-        default="rmsprop", metadata={"help": "adam or rmsprop", "choices": ("adam", "rmsprop")}
-    )
-    adam_eps: float = field(default=1e-5, metadata={"help": "optimizer epsilon"})
-    gamma: float = field(default=0.99, metadata={"help": "discount factor"})
-    gae_lambda: float = field(default=1.0, metadata={"help": "GAE lambda (1: n-step return)"})
-    entropy_coef: float = field(default=0.0, metadata={"help": "entropy bonus coefficient"})
-    value_coef: float = field(default=0.5, metadata={"help": "value loss coefficient"})
-    max_grad_norm: float = field(
-        default=0.5, metadata={"help": "per-particle gradient clipping norm (0: off)"}
-    )
-    normalize_advantage: bool = field(
-        default=False, metadata={"help": "standardise advantages within each particle"}
-    )
-    hidden: tuple[int, ...] = field(
-        default=(64, 64), metadata={"help": "hidden layer sizes, e.g. '64 64'"}
-    )
-    activation: str = field(
-        default="tanh", metadata={"help": "tanh or relu", "choices": ("tanh", "relu")}
-    )
-    eval_episodes: int = field(
-        default=20,
-        metadata={
-            "help": "evaluation episodes, a multiple of P (episode e runs particle e//(E/P))"
-        },
-    )
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        finite_floats(self)
-        positive(self, "particles", "temperature", "bandwidth", "rollout_steps", "epochs")
-        positive(self, "lr", "adam_eps")
-        non_negative(self, "lr_final", "entropy_coef", "value_coef", "max_grad_norm")
-        in_unit_interval(self, "gamma", "gae_lambda")
-        for name in ("num_envs", "eval_episodes"):
-            value = getattr(self, name)
-            if value % self.particles:
-                fix = max(self.particles, value // self.particles * self.particles)
-                raise ValueError(
-                    f"--{name.replace('_', '-')} {value} is not a multiple of --particles "
-                    f"{self.particles}: each particle gets an equal share; use {fix}"
-                )
-        if not self.hidden or any(h <= 0 for h in self.hidden):
-            raise ValueError(f"--hidden needs positive layer sizes, got {self.hidden}")
-
-    @property
-    def batch_size(self) -> int:
-        """Samples per collected batch on one rank (all particles)."""
-        return self.num_envs * self.rollout_steps
 
 
 # the learner -------------------------------------------------------------------------------
@@ -330,9 +236,6 @@ class SVPGLearner(Learner):
         del state
 
 
-PRESETS: dict[str, dict] = {}
-
-
 # 2-5. networks, estimator, loss, learner ----------------------------------------------------
 def build(cfg: SVPGConfig, env) -> SVPGLearner:
     actor, critic = build_particles(
@@ -358,6 +261,14 @@ def build(cfg: SVPGConfig, env) -> SVPGLearner:
 
 
 # 6. fit -------------------------------------------------------------------------------------
-def main(argv: list[str] | None = None) -> dict:
-    cfg = parse_config(SVPGConfig, argv, presets=PRESETS, description=__doc__)
+def train(cfg: SVPGConfig) -> dict:
+    """Train SVPG under a parsed ``cfg`` (what ``recipes/svpg.py`` runs after its
+    flags); returns the run summary."""
     return run(cfg, build, algo="svpg")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """``recipes/svpg.py`` from Python: parse ``argv`` (default: the command line), then
+    :func:`train`."""
+    cfg = parse_config(SVPGConfig, argv, presets=PRESETS, description=_config.__doc__)
+    return train(cfg)

@@ -12,16 +12,15 @@ from torch import nn
 from torchrl.modules import ValueOperator
 
 from rlkit import keys
+
+# the choices are the flags' (--arch, --encoder, --init-fn): declared torch-free with them
+from rlkit.configs.ppg import ARCHS, ENCODERS, INIT_FNS
 from rlkit.modules.actors import make_actor
 from rlkit.modules.builders import gaussian_kwargs
 from rlkit.modules.networks import mlp, mlp_body
 from rlkit.modules.normalization import Normalize, RunningMeanStd
 
 __all__ = ["ARCHS", "ENCODERS", "INIT_FNS", "PPGNetworks", "init_weights_", "ppg_networks"]
-
-ARCHS = ("dual", "shared")
-INIT_FNS = ("orthogonal", "xavier_uniform", "xavier_normal", "default")
-ENCODERS = ("mlp", "impala")
 
 
 @dataclass

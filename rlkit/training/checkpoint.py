@@ -29,11 +29,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from rlkit.training.errors import CheckpointError  # defined torch-free, for the command line
+
 FORMAT = "rlkit-checkpoint/1"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint is missing, corrupt, or does not match the run that loads it."""
 
 
 def atomic_save(obj: Any, path: str | os.PathLike) -> Path:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import time
 import uuid
@@ -42,18 +41,14 @@ from torch import nn
 
 from rlkit import _quiet, _speedups, keys
 from rlkit.training import checkpoint as ckpt
+
+# the command line and the exception classes are torch-free (``--help`` imports no torch),
+# and importable from here, where they were defined before
+from rlkit.training.cli import USER_ERRORS, _one_line, cli  # noqa: F401
 from rlkit.training.config import TrainConfig, resume_checkpoint_path, to_dict
 from rlkit.training.config import save_config as _save_config
+from rlkit.training.errors import CheckpointWriteError, NonFiniteError
 from rlkit.training.runlog import RunLog, check_run_dir, claim_run_dir
-
-
-class NonFiniteError(FloatingPointError):
-    """A loss or gradient became NaN or inf; training stopped before any checkpoint."""
-
-
-class CheckpointWriteError(OSError):
-    """A checkpoint could not be written (disk full, permissions); the previous one is
-    intact."""
 
 
 class Learner:
@@ -911,48 +906,3 @@ def run(cfg: TrainConfig, build: Callable[[Any, Any], Learner], *, algo: str, **
     """
     with _quiet.quiet(), _speedups.patched():
         return Engine(cfg, build, algo=algo, **kw).fit()
-
-
-#: Errors that mean "the user asked for something impossible": the CLI prints them as one line.
-USER_ERRORS = (
-    ValueError,
-    TypeError,
-    KeyError,
-    FileNotFoundError,
-    ckpt.CheckpointError,
-    CheckpointWriteError,
-)
-
-
-def cli(main: Callable[[list[str] | None], Any]) -> None:
-    """Run a recipe's ``main`` from the command line.
-
-    A bad input (unknown env id, wrong action space, corrupt checkpoint, ...) ends the process
-    with a one-line ``error: ...`` and exit status 2 instead of a traceback; a diverged run
-    (NaN) exits with status 3. Set ``RLKIT_TRACEBACK=1`` to see the full traceback.
-    """
-    import sys
-
-    _quiet.install()
-    try:
-        main(None)
-    except NonFiniteError as err:
-        if os.environ.get("RLKIT_TRACEBACK"):
-            raise
-        print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(3) from None
-    except USER_ERRORS as err:
-        if os.environ.get("RLKIT_TRACEBACK"):
-            raise
-        message = str(err.args[0] if isinstance(err, KeyError) and err.args else err)
-        print(f"error: {_one_line(message)}", file=sys.stderr)
-        raise SystemExit(2) from None
-
-
-def _one_line(message: str) -> str:
-    """A multi-line message (the last line is the one that matters, e.g. a missing key and
-    its fix) as one line: the last line first, the context after it."""
-    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
-    if len(lines) <= 1:
-        return message.strip()
-    return f"{lines[-1]} ({'; '.join(lines[:-1])})"

@@ -8,8 +8,10 @@ KL learning rate depends on history and keeps its state in :meth:`KLAdaptiveLR.s
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from torch.optim import Optimizer
+if TYPE_CHECKING:  # torch-free at run time: configs (rlkit.configs.dqn) use these schedules
+    from torch.optim import Optimizer
 
 
 def linear(start: float, end: float, progress: float) -> float:

@@ -1,0 +1,57 @@
+"""A2C: synchronous advantage actor-critic (Mnih et al. 2016), as in Stable-Baselines3.
+
+    python recipes/a2c.py                            # CartPole-v1, built-in defaults
+    python recipes/a2c.py --env Pendulum-v1          # continuous actions
+    python recipes/a2c.py --help                     # every flag
+
+Algorithm box:
+    1. config      A2CConfig (defaults, per-env preset, --config YAML, flags)
+    2. networks    actor pi(a|s), critic V(s) (+ running observation normalisation)
+    3. estimator   GAE(gamma, lambda); lambda = 1 gives the n-step return of the paper
+    4. loss        -log pi(a|s) A + value regression + entropy bonus
+    5. learner     one gradient step per batch (RMSprop, as the paper and SB3)
+    6. fit         the engine: collect, update, evaluate, checkpoint
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rlkit.configs.onpolicy import OnPolicyConfig
+
+
+@dataclass(frozen=True)
+class A2CConfig(OnPolicyConfig):
+    """Train A2C. Defaults follow Stable-Baselines3's A2C (8 envs x 5 steps, RMSprop)."""
+
+    total_frames: int = field(default=500_000, metadata={"help": "frames to train for"})
+    rollout_steps: int = 5
+    epochs: int = 1
+    minibatch_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "samples per gradient step (none: the whole batch, A2C's one step per "
+            "batch at any --num-envs)"
+        },
+    )
+    lr: float = field(default=7e-4, metadata={"help": "learning rate"})
+    optimizer: str = "rmsprop"
+    gamma: float = 0.99
+    gae_lambda: float = field(default=1.0, metadata={"help": "GAE lambda (1: n-step return)"})
+    normalize_advantage: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.lr_schedule == "kl":
+            raise ValueError(
+                "--lr-schedule kl adapts the learning rate to the policy's KL between "
+                "updates, which A2C's loss does not measure: use --lr-schedule constant or "
+                "linear"
+            )
+
+
+PRESETS: dict[str, dict] = {}
+
+
+#: the config ``recipes/a2c.py`` parses (:func:`rlkit.training.cli.recipe`)
+CONFIG = A2CConfig

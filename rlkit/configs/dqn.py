@@ -1,0 +1,157 @@
+"""DQN: deep Q-learning from a replay buffer (Mnih et al. 2015), double-DQN and n-step options.
+
+    python recipes/dqn.py                                  # CartPole-v1, rl-zoo3's settings
+    python recipes/dqn.py --target-return 475 --seed 3     # stop once solved
+    python recipes/dqn.py --double-dqn --n-steps 3 --prioritized
+    python recipes/dqn.py --accelerator cpu --devices 2 --strategy ddp
+    python recipes/dqn.py --help                           # every flag
+
+Algorithm box:
+    1. config      DQNConfig (defaults, --config YAML, flags)
+    2. network     Q(s, .) MLP and its target copy (hard update every k gradient steps)
+    3. loss        TD regression, Huber or MSE, optionally double-DQN and n-step
+    4. learner     replay buffer (uniform / prioritized), random fill, epsilon schedule,
+                   utd_ratio gradient steps per collected frame
+    5. fit         the engine: collect, update, evaluate (greedy), checkpoint
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rlkit.configs.offpolicy import OffPolicyConfig
+from rlkit.training import schedules
+
+
+# exploration (validated with the config, run by the learner) -------------------------------
+def linear_epsilon(start: float, end: float, fraction: float, progress: float) -> float:
+    """:math:`\\epsilon` from ``start`` to ``end`` over the first ``fraction`` of the budget
+    (SB3's ``exploration_fraction``), then ``end``."""
+    if fraction <= 0:
+        return end
+    return schedules.linear(start, end, progress / fraction)
+
+
+def exponential_epsilon(start: float, end: float, decay: float, batches: int) -> float:
+    """:math:`\\epsilon_k = \\max(\\epsilon_{end}, \\epsilon_0 \\gamma_\\epsilon^k)` after k
+    batches (the seed's ``eps_schedule_gamma``; ``decay = 1`` keeps it constant)."""
+    return max(end, start * decay**batches)
+
+
+@dataclass(frozen=True)
+class EpsilonSchedule:
+    """Exploration of DQN after the initial random fill (``learning_starts`` frames).
+
+    ``"linear"``: from ``start`` to ``end`` over the first ``fraction`` of the frame budget
+    (SB3's ``exploration_fraction``); ``"exponential"``: ``max(end, start * decay**k)``
+    after ``k`` collected batches (the seed's ``eps_schedule_gamma``).
+    """
+
+    kind: str = "linear"
+    start: float = 1.0
+    end: float = 0.05
+    fraction: float = 0.1
+    decay: float = 0.99
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("linear", "exponential"):
+            raise ValueError(
+                f"--epsilon-schedule must be 'linear' or 'exponential', got {self.kind!r}"
+            )
+        for name in ("start", "end", "fraction", "decay"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                flag = {"fraction": "exploration-fraction", "decay": "epsilon-decay"}.get(
+                    name, f"epsilon-{name}"
+                )
+                raise ValueError(f"--{flag} must be in [0, 1], got {value}")
+
+    def value(self, *, progress: float, batches: int) -> float:
+        if self.kind == "linear":
+            return linear_epsilon(self.start, self.end, self.fraction, progress)
+        return exponential_epsilon(self.start, self.end, self.decay, batches)
+
+
+@dataclass(frozen=True)
+class DQNConfig(OffPolicyConfig):
+    """Train DQN. Defaults are rl-zoo3's tuned CartPole-v1 settings; flags override."""
+
+    total_frames: int = field(default=100_000, metadata={"help": "frames to train for"})
+    steps_per_batch: int = field(
+        default=256, metadata={"help": "env steps per env between update phases (train_freq)"}
+    )
+    utd_ratio: float = field(
+        default=0.5, metadata={"help": "gradient steps per collected frame (128 per 256)"}
+    )
+    batch_size: int = 64
+    buffer_size: int = field(default=100_000, metadata={"help": "replay buffer capacity"})
+    learning_starts: int = field(
+        default=1000, metadata={"help": "frames of uniform random actions before learning"}
+    )
+    lr: float = field(default=2.3e-3, metadata={"help": "Adam learning rate"})
+    max_grad_norm: float = field(default=10.0, metadata={"help": "gradient clipping (0: off)"})
+    loss: str = field(
+        default="huber", metadata={"help": "TD loss: huber or mse", "choices": ("huber", "mse")}
+    )
+    double_dqn: bool = field(default=False, metadata={"help": "double DQN bootstrap action"})
+    target_update: str = field(
+        default="hard",
+        metadata={"help": "hard (copy) or soft (Polyak)", "choices": ("hard", "soft")},
+    )
+    target_update_period: int = field(
+        default=128,
+        metadata={
+            "help": "gradient steps between target updates (SB3's 10 env steps with "
+            "train_freq 256 syncs once per update phase: 128 steps)"
+        },
+    )
+    tau: float = field(default=1.0, metadata={"help": "Polyak weight of --target-update soft"})
+    epsilon_schedule: str = field(
+        default="linear",
+        metadata={"help": "linear or exponential", "choices": ("linear", "exponential")},
+    )
+    epsilon_start: float = field(default=1.0, metadata={"help": "initial exploration epsilon"})
+    epsilon_end: float = field(default=0.04, metadata={"help": "final exploration epsilon"})
+    exploration_fraction: float = field(
+        default=0.16, metadata={"help": "share of the budget of the linear epsilon decay"}
+    )
+    epsilon_decay: float = field(
+        default=0.99, metadata={"help": "per-batch factor of the exponential epsilon decay"}
+    )
+    log_every: int = field(default=1, metadata={"help": "write metrics every this many batches"})
+    init: str = field(
+        default="torch",
+        metadata={
+            "help": "Q network initialisation: orthogonal (rlkit) or torch (PyTorch's default, "
+            "as SB3's DQN)",
+            "choices": ("orthogonal", "torch"),
+        },
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _ = self.epsilon  # validates the exploration flags
+        if self.target_update_period < 1:
+            raise ValueError(
+                f"--target-update-period must be >= 1, got {self.target_update_period}"
+            )
+        if not 0 < self.tau <= 1:
+            raise ValueError(f"--tau must be in (0, 1], got {self.tau}")
+
+    @property
+    def epsilon(self) -> EpsilonSchedule:
+        return EpsilonSchedule(
+            kind=self.epsilon_schedule,
+            start=self.epsilon_start,
+            end=self.epsilon_end,
+            fraction=self.exploration_fraction,
+            decay=self.epsilon_decay,
+        )
+
+
+#: Settings that override the defaults for an environment (flags and --config still win).
+PRESETS: dict[str, dict] = {}
+
+
+#: the config ``recipes/dqn.py`` parses (:func:`rlkit.training.cli.recipe`)
+CONFIG = DQNConfig

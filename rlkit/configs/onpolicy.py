@@ -1,0 +1,267 @@
+"""Configs shared by the on-policy recipes, torch-free: the policy-gradient flags, the GAE
+lambda and the clipped-surrogate ranges.
+
+:mod:`rlkit.algorithms.onpolicy` (the learner) imports them back, so
+``rlkit.algorithms.onpolicy.ClipConfig`` and the other names still work.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlkit.algorithms._checks import (
+    LR_DECAY_FRAMES_HELP,
+    check_lr_decay_frames,
+    finite_floats,
+)
+from rlkit.training.config import TrainConfig, in_unit_interval, non_negative, positive
+
+
+def _help(text: str, **kw: Any) -> dict[str, Any]:
+    return {"help": text, **kw}
+
+
+#: ``--optimizer`` choices of the on-policy recipes
+OPTIMIZERS = ("adam", "adamw", "rmsprop", "sgd")
+
+
+@dataclass(frozen=True)
+class PolicyGradientConfig(TrainConfig):
+    """Flags shared by every on-policy recipe, whatever its advantage estimator: the
+    V-trace recipes (IMPALA, APPO) extend it directly, the GAE ones through
+    :class:`OnPolicyConfig` (which adds ``--gae-lambda``)."""
+
+    rollout_steps: int = field(default=32, metadata=_help("steps per env per batch"))
+    epochs: int = field(default=10, metadata=_help("passes over each batch"))
+    # None (the whole batch) only where a recipe declares it (A2C)
+    minibatch_size: int | None = field(default=256, metadata=_help("samples per gradient step"))
+    lr: float = field(default=3e-4, metadata=_help("learning rate (initial, when scheduled)"))
+    lr_schedule: str = field(
+        default="constant",
+        metadata=_help(
+            "constant, linear (to --lr-final) or kl (adaptive from --kl-target)",
+            choices=("constant", "linear", "kl"),
+        ),
+    )
+    lr_final: float = field(
+        default=0.0, metadata=_help("final learning rate of --lr-schedule linear")
+    )
+    lr_decay_frames: int | None = field(
+        default=None,
+        metadata=_help(LR_DECAY_FRAMES_HELP),
+    )
+    kl_target: float = field(default=0.01, metadata=_help("KL target of --lr-schedule kl"))
+    kl_factor: float = field(
+        default=2.0,
+        metadata=_help(
+            "KL band of --lr-schedule kl: the lr falls when the KL exceeds kl-factor x "
+            "--kl-target and rises when it is below --kl-target / kl-factor (unilab's "
+            "adaptive_kl_factor; >= 1)"
+        ),
+    )
+    kl_lr_factor: float = field(
+        default=1.5,
+        metadata=_help(
+            "--lr-schedule kl divides or multiplies the lr by this (unilab's "
+            "adaptive_lr_factor; >= 1)"
+        ),
+    )
+    kl_lr_min: float = field(
+        default=1e-6, metadata=_help("lowest learning rate of --lr-schedule kl (<= --lr)")
+    )
+    kl_lr_max: float | None = field(
+        default=None,
+        metadata=_help(
+            "highest learning rate of --lr-schedule kl (>= --lr); none: max(10 x --lr, 1e-2)"
+        ),
+    )
+    optimizer: str = field(
+        default="adam",
+        metadata=_help(
+            "adam, adamw (decoupled weight decay), rmsprop (alpha 0.99) or sgd (RLlib's "
+            "optim, evorl's optimizer); --adam-eps is the epsilon of all but sgd",
+            choices=OPTIMIZERS,
+        ),
+    )
+    adam_eps: float = field(default=1e-5, metadata=_help("optimizer epsilon"))
+    weight_decay: float | None = field(
+        default=None,
+        metadata=_help(
+            "weight decay of --optimizer (none: the optimizer's own default, 0.01 for "
+            "adamw and 0 for the others)"
+        ),
+    )
+    gamma: float = field(default=0.99, metadata=_help("discount factor"))
+    entropy_coef: float = field(default=0.0, metadata=_help("entropy bonus coefficient"))
+    entropy_coef_final: float | None = field(
+        default=None, metadata=_help("final entropy coefficient (linear schedule); none: constant")
+    )
+    value_coef: float = field(default=0.5, metadata=_help("value loss coefficient"))
+    max_grad_norm: float = field(default=0.5, metadata=_help("gradient clipping norm (0: off)"))
+    normalize_advantage: bool = field(
+        default=True, metadata=_help("standardise advantages per minibatch")
+    )
+    running_advantage_norm: bool = field(
+        default=False,
+        metadata=_help(
+            "standardise advantages once per batch with the mean and std of all advantages "
+            "so far, carried across batches and checkpointed (pyrado's RunningStandardizer); "
+            "replaces --normalize-advantage, which must then be false"
+        ),
+    )
+    normalize_obs: bool = field(default=False, metadata=_help("running observation normalisation"))
+    normalize_reward: bool = field(
+        default=False,
+        metadata=_help(
+            "scale training rewards by the running std of the discounted return (SB3 "
+            "VecNormalize's norm_reward); logged returns and evaluation stay in env units"
+        ),
+    )
+    hidden: tuple[int, ...] = field(
+        default=(64, 64), metadata=_help("hidden layer sizes, e.g. '64 64'")
+    )
+    actor_hidden: tuple[int, ...] | None = field(
+        default=None,
+        metadata=_help("the policy network's hidden sizes (evorl's actor sizes); none: --hidden"),
+    )
+    critic_hidden: tuple[int, ...] | None = field(
+        default=None,
+        metadata=_help("the value network's hidden sizes (evorl's critic sizes); none: --hidden"),
+    )
+    std_init: float | None = field(
+        default=None,
+        metadata=_help(
+            "initial standard deviation of a Gaussian policy's actions (pyrado's std_init; "
+            "the learned log-std starts at its log); none: 1 (log-std 0, CleanRL's). "
+            "Continuous actions only"
+        ),
+    )
+    activation: str = field(
+        default="tanh", metadata=_help("tanh or relu", choices=("tanh", "relu"))
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        finite_floats(self)
+        positive(self, "rollout_steps", "epochs", "minibatch_size", "lr", "adam_eps")
+        non_negative(self, "lr_final", "entropy_coef", "entropy_coef_final", "value_coef")
+        non_negative(self, "max_grad_norm")
+        in_unit_interval(self, "gamma")
+        if self.minibatch_size is not None and self.minibatch_size > self.batch_size:
+            raise ValueError(
+                f"--minibatch-size {self.minibatch_size} is larger than the batch "
+                f"(--num-envs {self.num_envs} x --rollout-steps {self.rollout_steps} = "
+                f"{self.batch_size}): lower it or collect more per batch"
+            )
+        if self.running_advantage_norm and self.normalize_advantage:
+            raise ValueError(
+                "--running-advantage-norm replaces the per-minibatch standardisation, which "
+                "would undo it: add --normalize-advantage false"
+            )
+        if self.lr_schedule == "kl" and self.kl_target <= 0:
+            raise ValueError(f"--kl-target must be > 0, got {self.kl_target}")
+        positive(self, "kl_lr_min", "kl_lr_max", "std_init")
+        non_negative(self, "weight_decay")
+        check_lr_decay_frames(self)
+        for name in ("kl_factor", "kl_lr_factor"):
+            if getattr(self, name) < 1:
+                flag = "--" + name.replace("_", "-")
+                raise ValueError(
+                    f"{flag} must be >= 1 (the KL band and the lr step are target x factor "
+                    f"and lr x factor; below 1 they invert), got {getattr(self, name)}"
+                )
+        if self.lr_schedule == "kl" and self.kl_lr_min > self.lr:
+            raise ValueError(
+                f"--kl-lr-min {self.kl_lr_min} is above --lr {self.lr}: the adaptive learning "
+                "rate starts at --lr inside [--kl-lr-min, --kl-lr-max]; lower --kl-lr-min"
+            )
+        if self.lr_schedule == "kl" and self.kl_lr_ceiling < self.lr:
+            raise ValueError(
+                f"--kl-lr-max {self.kl_lr_max} is below --lr {self.lr}: the adaptive learning "
+                "rate starts at --lr inside [--kl-lr-min, --kl-lr-max]; raise --kl-lr-max"
+            )
+        if not self.hidden or any(h <= 0 for h in self.hidden):
+            raise ValueError(f"--hidden needs positive layer sizes, got {self.hidden}")
+        for name in ("actor_hidden", "critic_hidden"):
+            sizes = getattr(self, name)
+            if sizes is not None and (not sizes or any(h <= 0 for h in sizes)):
+                flag = "--" + name.replace("_", "-")
+                raise ValueError(
+                    f"{flag} needs positive layer sizes, got {sizes}: e.g. {flag} 64 64, or "
+                    "none for --hidden"
+                )
+
+    def env_options(self) -> dict[str, Any]:
+        if not self.normalize_reward:
+            return {}
+        return {"normalize_reward": True, "gamma": self.gamma}
+
+    @property
+    def actor_layers(self) -> tuple[int, ...]:
+        """The policy network's hidden sizes: ``--actor-hidden``, else ``--hidden``."""
+        return self.hidden if self.actor_hidden is None else self.actor_hidden
+
+    @property
+    def critic_layers(self) -> tuple[int, ...]:
+        """The value network's hidden sizes: ``--critic-hidden``, else ``--hidden``."""
+        return self.hidden if self.critic_hidden is None else self.critic_hidden
+
+    @property
+    def init_log_std(self) -> float | None:
+        """``log(--std-init)``, or None for the builders' default (log-std 0)."""
+        return None if self.std_init is None else math.log(self.std_init)
+
+    @property
+    def kl_lr_ceiling(self) -> float:
+        """Highest learning rate of ``--lr-schedule kl``: ``--kl-lr-max``, or
+        ``max(10 lr, 1e-2)`` when none."""
+        return max(self.lr * 10, 1e-2) if self.kl_lr_max is None else self.kl_lr_max
+
+    @property
+    def batch_size(self) -> int:
+        """Samples per collected batch on one rank."""
+        return self.num_envs * self.rollout_steps
+
+    @property
+    def minibatch(self) -> int:
+        """Samples per gradient step: ``minibatch_size``, or the whole batch when none."""
+        return self.batch_size if self.minibatch_size is None else self.minibatch_size
+
+
+@dataclass(frozen=True)
+class OnPolicyConfig(PolicyGradientConfig):
+    """Flags shared by the GAE on-policy recipes (PPO, A2C and relatives): those of
+    :class:`PolicyGradientConfig` and the GAE lambda."""
+
+    gae_lambda: float = field(default=0.95, metadata=_help("GAE lambda"))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        in_unit_interval(self, "gae_lambda")
+
+
+@dataclass(frozen=True)
+class ClipConfig(OnPolicyConfig):
+    """Flags of the clipped-surrogate family (PPO, PPG): ratio and value clip ranges."""
+
+    clip_epsilon: float = field(default=0.2, metadata=_help("policy ratio clip range"))
+    clip_epsilon_final: float | None = field(
+        default=None, metadata=_help("clip range at the end (linear); none: constant")
+    )
+    value_clip: float | None = field(
+        default=None, metadata=_help("PPO2 value clipping range; none: unclipped value loss")
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        positive(self, "clip_epsilon", "value_clip")
+        non_negative(self, "clip_epsilon_final")
+
+    @property
+    def loss_schedules(self) -> dict[str, tuple[float, float]]:
+        """``loss_schedules`` for :class:`PolicyGradientLearner` (the annealed clip range)."""
+        if self.clip_epsilon_final is None:
+            return {}
+        return {"clip_epsilon": (self.clip_epsilon, self.clip_epsilon_final)}

@@ -1,0 +1,89 @@
+"""SAC: soft actor-critic (Haarnoja et al. 2018), continuous or discrete actions.
+
+    python recipes/sac.py                                  # Pendulum-v1, SB3's defaults
+    python recipes/sac.py --target-return -200 --seed 3    # stop once solved
+    python recipes/sac.py --env CartPole-v1                # discrete SAC (Christodoulou 2019)
+    python recipes/sac.py --policy-delay 2 --prioritized
+    python recipes/sac.py --help                           # every flag
+
+Algorithm box:
+    1. config      SACConfig (defaults, per-env preset, --config YAML, flags)
+    2. networks    tanh-Gaussian actor pi(a|s) (categorical for discrete actions),
+                   twin critics Q1, Q2 and their Polyak-averaged targets
+    3. loss        soft TD regression of both Qs on min(Q1', Q2') - alpha log pi,
+                   actor on alpha log pi - min(Q1, Q2), temperature towards a target entropy
+    4. learner     replay buffer, uniform random fill, utd_ratio gradient steps per frame,
+                   critic step then (every policy_delay steps) actor and alpha step
+    5. fit         the engine: collect, update, evaluate (deterministic), checkpoint
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rlkit.configs.offpolicy import OffPolicyConfig
+from rlkit.training.config import positive
+
+
+def check_sac_n_steps(n_steps: int) -> None:
+    """SAC trains on one-step soft targets only (refuses ``--n-steps > 1``)."""
+    if n_steps > 1:
+        raise ValueError(
+            f"--n-steps {n_steps}: SAC trains on one-step soft targets only (an n-step soft "
+            "target needs the entropy terms of the intermediate steps, which the replay does "
+            "not hold); use --n-steps 1"
+        )
+
+
+@dataclass(frozen=True)
+class SACConfig(OffPolicyConfig):
+    """Train SAC. Defaults are SB3's SAC with rl-zoo3's Pendulum-v1 learning rate."""
+
+    env: str = "Pendulum-v1"
+    total_frames: int = field(default=20_000, metadata={"help": "frames to train for"})
+    eval_every: int = field(default=1000, metadata={"help": "evaluate every this many frames"})
+    batch_size: int = field(
+        default=128, metadata={"help": "transitions per gradient step (SB3's default: 256)"}
+    )
+    lr: float = field(default=1e-3, metadata={"help": "critic learning rate"})
+    actor_lr: float | None = field(default=None, metadata={"help": "actor lr (none: --lr)"})
+    alpha_lr: float | None = field(default=None, metadata={"help": "temperature lr (none: --lr)"})
+    tau: float = field(default=0.005, metadata={"help": "Polyak weight of the target update"})
+    target_update_period: int = field(
+        default=1, metadata={"help": "gradient steps between target updates"}
+    )
+    alpha_init: float = field(default=1.0, metadata={"help": "initial temperature alpha"})
+    learn_alpha: bool = field(default=True, metadata={"help": "learn the temperature"})
+    target_entropy: float | None = field(
+        default=None,
+        metadata={"help": "target entropy (none: -action_dim, or 0.98 log n when discrete)"},
+    )
+    policy_delay: int = field(
+        default=1, metadata={"help": "gradient steps per actor/temperature step"}
+    )
+    log_every: int = field(default=500, metadata={"help": "write metrics every this many batches"})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0 < self.tau <= 1:
+            raise ValueError(f"--tau must be in (0, 1], got {self.tau}")
+        if self.target_update_period < 1:
+            raise ValueError(
+                f"--target-update-period must be >= 1, got {self.target_update_period}"
+            )
+        if self.policy_delay < 1:
+            raise ValueError(f"--policy-delay must be >= 1, got {self.policy_delay}")
+        if self.alpha_init <= 0:
+            raise ValueError(f"--alpha-init must be > 0, got {self.alpha_init}")
+        positive(self, "actor_lr", "alpha_lr")  # 0 would silently mean --lr
+        check_sac_n_steps(self.n_steps)
+
+
+#: Settings that override the defaults for an environment (flags and --config still win).
+PRESETS: dict[str, dict] = {
+    "CartPole-v1": dict(total_frames=100_000, eval_every=5000, learning_starts=1000),
+}
+
+
+#: the config ``recipes/sac.py`` parses (:func:`rlkit.training.cli.recipe`)
+CONFIG = SACConfig

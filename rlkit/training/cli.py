@@ -1,0 +1,97 @@
+"""The recipes' command line, without torch until the flags are parsed.
+
+``recipes/<name>.py`` is three lines::
+
+    from rlkit.training.cli import recipe
+
+    if __name__ == "__main__":
+        recipe("ppo")
+
+:func:`recipe` parses the command line against the algorithm's torch-free config module
+(:mod:`rlkit.configs.<name>`: config class, presets, the algorithm box shown by ``--help``),
+so ``--help`` and a bad flag answer before torch, TensorDict, TorchRL or Lightning are
+imported; only then does it import :mod:`rlkit.algorithms.<name>` and call its ``train``.
+:func:`cli` runs any ``main(argv)`` the same way (a research script's own recipe).
+
+Errors: a bad input ends the process with one line ``error: ...`` and exit status 2, a
+diverged run (NaN) with status 3; ``RLKIT_TRACEBACK=1`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rlkit import _quiet
+from rlkit.training.config import parse_config
+from rlkit.training.errors import CheckpointError, CheckpointWriteError, NonFiniteError
+
+#: Errors that mean "the user asked for something impossible": the CLI prints them as one line.
+USER_ERRORS = (
+    ValueError,
+    TypeError,
+    KeyError,
+    FileNotFoundError,
+    CheckpointError,
+    CheckpointWriteError,
+)
+
+
+def cli(main: Callable[[list[str] | None], Any]) -> None:
+    """Run a recipe's ``main`` from the command line.
+
+    A bad input (unknown env id, wrong action space, corrupt checkpoint, ...) ends the process
+    with a one-line ``error: ...`` and exit status 2 instead of a traceback; a diverged run
+    (NaN) exits with status 3. Set ``RLKIT_TRACEBACK=1`` to see the full traceback.
+    """
+    _quiet.install()
+    try:
+        main(None)
+    except NonFiniteError as err:
+        if os.environ.get("RLKIT_TRACEBACK"):
+            raise
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(3) from None
+    except USER_ERRORS as err:
+        if os.environ.get("RLKIT_TRACEBACK"):
+            raise
+        message = str(err.args[0] if isinstance(err, KeyError) and err.args else err)
+        print(f"error: {_one_line(message)}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _one_line(message: str) -> str:
+    """A multi-line message (the last line is the one that matters, e.g. a missing key and
+    its fix) as one line: the last line first, the context after it."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return message.strip()
+    return f"{lines[-1]} ({'; '.join(lines[:-1])})"
+
+
+def parse(name: str, argv: Sequence[str] | None = None):
+    """Algorithm ``name``'s config from ``argv`` (default: the command line), as
+    ``recipes/<name>.py`` parses it: :func:`~rlkit.training.config.parse_config` with the
+    config class, presets and description of :mod:`rlkit.configs.<name>`. Imports no torch
+    (``--resume`` reads its checkpoint's settings with torch, imported then)."""
+    from rlkit.algorithms import NAMES
+
+    if name not in NAMES:
+        raise ValueError(f"unknown algorithm {name!r}; known: {', '.join(NAMES)}")
+    config = importlib.import_module(f"rlkit.configs.{name}")
+    return parse_config(config.CONFIG, argv, presets=config.PRESETS, description=config.__doc__)
+
+
+def recipe(name: str, argv: Sequence[str] | None = None) -> None:
+    """``recipes/<name>.py``: parse the flags (:func:`parse`; ``--help`` exits here, before
+    torch is imported), then ``rlkit.algorithms.<name>.train(cfg)``, under :func:`cli`'s
+    error handling."""
+
+    def main(args: list[str] | None) -> dict:
+        cfg = parse(name, argv if args is None else args)
+        return importlib.import_module(f"rlkit.algorithms.{name}").train(cfg)
+
+    cli(main)

@@ -1,0 +1,24 @@
+"""The engine's exception classes, importable without torch.
+
+The command line (:mod:`rlkit.training.cli`) matches them to print one-line errors, and it
+must not import torch before its flags are parsed (``--help`` answers at once). They are
+re-exported where they are raised: :class:`CheckpointError` from
+:mod:`rlkit.training.checkpoint`, :class:`NonFiniteError` and :class:`CheckpointWriteError`
+from :mod:`rlkit.training.engine` (and :class:`CheckpointError` and :class:`NonFiniteError`
+from :mod:`rlkit.training`).
+"""
+
+from __future__ import annotations
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is missing, corrupt, or does not match the run that loads it."""
+
+
+class NonFiniteError(FloatingPointError):
+    """A loss or gradient became NaN or inf; training stopped before any checkpoint."""
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (disk full, permissions); the previous one is
+    intact."""
