@@ -114,12 +114,12 @@ class _ModulePlan:
         else:
             inputs = [td.get(k, None) for k in self.in_keys]
         if any(x is None for x in inputs):  # the module's own path names the missing key
-            raise _Mismatch
+            raise PlanMismatch
         out = self.net(*inputs)
         if isinstance(out, Tensor):
             out = (out,)
         if not isinstance(out, tuple) or len(out) != len(self.out_keys):
-            raise _Mismatch  # dict outputs, wrong counts: the module's own path
+            raise PlanMismatch  # dict outputs, wrong counts: the module's own path
         return dict(zip(self.out_keys, out))
 
 
@@ -178,7 +178,7 @@ class _ActorPlan:
         return self.dist_class(**kwargs, **self.dist_kwargs)
 
 
-class _Mismatch(Exception):
+class PlanMismatch(Exception):
     """An input is missing or the network's outputs do not map one-to-one onto the wrapper's
     out_keys: the module's own path handles (or reports) it."""
 
@@ -226,7 +226,7 @@ def actor_dist(actor: nn.Module, td: TensorDictBase) -> Distribution:
     if plan is not None and _no_hooks(*plan.wrappers) and _direct_allowed():
         try:
             return plan.dist(td)
-        except _Mismatch:
+        except PlanMismatch:
             pass
     return actor.get_dist(td.select(*actor.in_keys))
 
@@ -246,11 +246,9 @@ def sampled_keys(actor: nn.Module) -> tuple[str, ...] | None:
     return None if plan is None else plan.sample_keys
 
 
-def actor_sample(actor: nn.Module, td: TensorDictBase) -> dict[str, Tensor] | None:
-    """What ``actor(td)`` writes under RANDOM interaction (distribution parameters, action,
-    log-probability), as a dict, for a plain ``ProbabilisticActor`` whose probabilistic module
-    samples once and scores the draw: the same calls in the same order, so the same random
-    numbers are drawn. ``None`` when the actor must run itself (any other case)."""
+def sampling_plan(actor: nn.Module) -> _ActorPlan | None:
+    """The plan :func:`actor_sample` would follow for ``actor`` right now (RANDOM
+    interaction, no hooks, direct calls allowed), or None when the actor must run itself."""
     plan = _plan_for(actor)
     if plan is None or plan.sample_keys is None:
         return None
@@ -258,9 +256,20 @@ def actor_sample(actor: nn.Module, td: TensorDictBase) -> dict[str, Tensor] | No
     mode = interaction_type() or prob.default_interaction_type
     if mode is not InteractionType.RANDOM or not (_no_hooks(*plan.wrappers) and _direct_allowed()):
         return None
+    return plan
+
+
+def actor_sample(actor: nn.Module, td: TensorDictBase) -> dict[str, Tensor] | None:
+    """What ``actor(td)`` writes under RANDOM interaction (distribution parameters, action,
+    log-probability), as a dict, for a plain ``ProbabilisticActor`` whose probabilistic module
+    samples once and scores the draw: the same calls in the same order, so the same random
+    numbers are drawn. ``None`` when the actor must run itself (any other case)."""
+    plan = sampling_plan(actor)
+    if plan is None:
+        return None
     try:
         out = plan.params.outputs(td)
-    except _Mismatch:
+    except PlanMismatch:
         return None
     kwargs = {d: out[k] for d, k in zip(plan.dist_keys, plan.param_keys)}
     dist = plan.dist_class(**kwargs, **plan.dist_kwargs)
@@ -298,7 +307,7 @@ def module_output(
     ):
         try:
             return plan.outputs(td, overrides)[key]
-        except _Mismatch:
+        except PlanMismatch:
             pass
     overrides = overrides or {}
     source = td.select(*(k for k in module.in_keys if k not in overrides))
