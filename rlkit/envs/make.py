@@ -190,7 +190,7 @@ def make_env(
     env_id: str,
     *,
     num_envs: int = 1,
-    seed: int | None = None,
+    seed: int | Sequence[int] | None = None,
     max_episode_steps: int | None = None,
     normalize_obs: bool = False,
     obs_norm: ObservationNorm | None = None,
@@ -230,7 +230,9 @@ def make_env(
         num_envs: number of sub-environments, ``>= 1``.
         seed: seeds sub-env ``i`` with ``seed + i`` (gymnasium's convention) by one reset
             at construction; later resets continue the seeded generators, so equal seeds
-            and equal actions give equal rollouts. ``None``: unseeded.
+            and equal actions give equal rollouts. A sequence of ``num_envs`` ints seeds each
+            sub-env with its own (a population's members, each block as its own run's).
+            ``None``: unseeded.
         max_episode_steps: time limit; ``None`` keeps the id's registered limit.
         normalize_obs: append an :class:`ObservationNorm` with fresh statistics.
         obs_norm: an :class:`ObservationNorm` to use instead (implies ``normalize_obs``).
@@ -283,7 +285,13 @@ def make_env(
     except ValueError:
         venv.close()
         raise
-    if seed is not None:
+    if isinstance(seed, Sequence):
+        seeds = [int(s) for s in seed]
+        if len(seeds) != num_envs:
+            venv.close()
+            raise ValueError(f"make_env: {len(seeds)} seeds for num_envs={num_envs} sub-envs")
+        base.reset(seed=seeds)  # gymnasium seeds sub-env i with seeds[i]
+    elif seed is not None:
         base.set_seed(seed)
     return TransformedEnv(base, Compose(*transforms))
 

@@ -142,6 +142,32 @@ class TrainConfig:
     log_every: int = field(
         default=1, metadata=_help("write training metrics every this many batches")
     )
+    population: int = field(
+        default=1,
+        metadata=_help(
+            "train this many independent members in one process, seeds --seed, --seed+1, ... "
+            "(ppo, a2c; see docs/population.md); with --sweep: the grid x --population-seeds"
+        ),
+    )
+    population_seeds: int = field(
+        default=1, metadata=_help("seeds per --sweep setting (--seed, --seed+1, ...)")
+    )
+    sweep: tuple[str, ...] | None = field(
+        default=None,
+        metadata=_help(
+            "train a population over a grid of float or bool settings, e.g. --sweep "
+            "lr=1e-4,3e-4,1e-3 --sweep clip_epsilon=0.1,0.2 (repeatable; one member per "
+            "combination and seed)",
+            extend=True,
+        ),
+    )
+
+    def population_members(self) -> list[tuple[int, dict[str, Any]]]:
+        """``(seed, settings)`` of every member: one run without a population."""
+        grid = _sweep_grid(self)
+        if not grid:
+            return [(self.seed + k, {}) for k in range(self.population)]
+        return [(self.seed + k, dict(s)) for s in grid for k in range(self.population_seeds)]
 
     def env_options(self) -> dict[str, Any]:
         """Extra :func:`rlkit.envs.make_env` arguments for the training env (none here)."""
@@ -183,11 +209,76 @@ class TrainConfig:
                 ) from None
             if n < 1:
                 raise ValueError(f"devices must be >= 1, got {n}")
+        _check_population(self)
         if self.eval_only and (self.devices != "1" or self.num_nodes != 1):
             raise ValueError(
                 "--eval-only runs in one process: drop --devices / --num-nodes (the "
                 "evaluation is seeded, more ranks would play the same episodes)"
             )
+
+
+#: settings a sweep may not vary: where and how long a run goes, and what fixes tensor shapes
+#: (the members' networks and batches are stacked)
+_NOT_SWEPT = frozenset(
+    {"seed", "total_frames", "target_return", "population", "population_seeds", "sweep"}
+)
+
+
+def _sweep_grid(cfg: Any) -> list[tuple[tuple[str, Any], ...]]:
+    """The combinations of ``--sweep name=v1,v2 ...`` as tuples of ``(name, value)``."""
+    if not cfg.sweep:
+        return []
+    import itertools
+
+    hints = typing.get_type_hints(type(cfg))
+    axes: list[list[tuple[str, Any]]] = []
+    seen: set[str] = set()
+    for entry in cfg.sweep:
+        name, sep, values = str(entry).partition("=")
+        name = name.strip().replace("-", "_")
+        fields = {f.name for f in dataclasses.fields(cfg)}
+        if not sep or not values.strip():
+            raise ValueError(
+                f"--sweep {entry!r}: write NAME=V1,V2,... (e.g. --sweep lr=1e-4,3e-4)"
+            )
+        if name not in fields:
+            raise ValueError(f"--sweep {entry!r}: {type(cfg).__name__} has no setting {name!r}")
+        tp, _ = _base_type(hints[name])
+        if name in _NOT_SWEPT or tp not in (float, bool):
+            raise ValueError(
+                f"--sweep {name}: only float and bool settings that leave tensor shapes alone "
+                "can be swept (lr, clip_epsilon, entropy_coef, gamma, ...); seeds come from "
+                "--population-seeds"
+            )
+        if name in seen:
+            raise ValueError(f"--sweep {name} is given twice: list all its values in one entry")
+        seen.add(name)
+        convert = _converter(tp, True)
+        try:
+            axes.append([(name, convert(v.strip())) for v in values.split(",")])
+        except (ValueError, argparse.ArgumentTypeError) as err:
+            raise ValueError(f"--sweep {entry!r}: {err}") from None
+    return [tuple(combo) for combo in itertools.product(*axes)]
+
+
+def _check_population(cfg: Any) -> None:
+    _positive(cfg, "population", "population_seeds")
+    grid = _sweep_grid(cfg)
+    if not grid:
+        if cfg.population_seeds != 1:
+            raise ValueError(
+                "--population-seeds repeats a --sweep grid over seeds; without --sweep use "
+                "--population N"
+            )
+        return
+    size = len(grid) * cfg.population_seeds
+    if cfg.population not in (1, size):
+        raise ValueError(
+            f"--population {cfg.population} does not match the sweep: {len(grid)} settings x "
+            f"--population-seeds {cfg.population_seeds} = {size} members; drop --population"
+        )
+    for combo in grid:  # each member's settings must be a valid config on their own
+        dataclasses.replace(cfg, sweep=None, population=1, population_seeds=1, **dict(combo))
 
 
 def _positive(cfg: Any, *names: str) -> None:
@@ -311,6 +402,9 @@ def build_parser(cls: type, *, description: str | None = None) -> argparse.Argum
             kwargs["choices"] = meta["choices"]
         if typing.get_origin(tp) is tuple:
             kwargs["nargs"] = "+"
+            if meta.get("extend"):  # repeated flags add up; each value kept whole
+                kwargs["action"] = "extend"
+                kwargs["type"] = str
         if tp is bool:
             kwargs["nargs"] = "?"
             kwargs["const"] = True
@@ -501,8 +595,10 @@ def parse_config(
                 if len(value) > 1:
                     parser.error(f"--{name.replace('_', '-')}: 'none' stands alone")
                 args[name] = None
-            else:
-                args[name] = tuple(x for part in value for x in part)
+            else:  # each part a list of items, or one whole string (--sweep)
+                args[name] = tuple(
+                    x for part in value for x in ([part] if isinstance(part, str) else part)
+                )
     typed: dict[str, Any] = {}
     if args.get("config"):
         try:

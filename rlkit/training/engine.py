@@ -103,6 +103,8 @@ class Counters:
     last_checkpoint_frames: int = 0
     last_video_frames: int = 0
     best_eval_return: float | None = None
+    #: a population's per-member progress (first frames each member reached the target)
+    population: dict[str, Any] = field(default_factory=dict)
 
     def state_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -574,16 +576,35 @@ class Engine:
 
         cfg, rank = self.cfg, fabric.global_rank
         fabric.seed_everything(cfg.seed, verbose=False)  # identical networks on every rank
-        env = make_env(
-            cfg.env, num_envs=cfg.num_envs, seed=cfg.seed + 1000 * rank, **cfg.env_options()
-        )
+        members = len(cfg.population_members())
+        population = members > 1 or bool(cfg.sweep)
+        if population and fabric.world_size > 1:
+            raise ValueError(
+                "--population runs in one process for now (splitting members across ranks "
+                "is not implemented): drop --devices / --num-nodes"
+            )
+        if population:
+            from rlkit.training.population import env_seeds
+
+            env = make_env(
+                cfg.env, num_envs=cfg.num_envs * members, seed=env_seeds(cfg), **cfg.env_options()
+            )
+        else:
+            env = make_env(
+                cfg.env, num_envs=cfg.num_envs, seed=cfg.seed + 1000 * rank, **cfg.env_options()
+            )
         try:
             # statistics that live in the env (reward scaling) are checkpointed with the
             # learner; on several ranks each keeps its own, in its own file
             # (rank_checkpoint_path)
             reward_norm = get_reward_norm(env)
             env_modules = {"reward_norm": reward_norm} if reward_norm is not None else {}
-            learner = self.build(cfg, env)
+            if population:
+                from rlkit.training.population import build_population
+
+                learner = build_population(self.build, cfg, env)
+            else:
+                learner = self.build(cfg, env)
             modules = learner.modules()
             for m in modules.values():
                 m.to(fabric.device)
@@ -687,7 +708,7 @@ class Engine:
             batch = next(iterator)
             metrics = s.learner.update(batch, ctx)
             collector.update_policy_weights_()
-            counters.frames += batch.numel() * world
+            counters.frames += batch.numel() * world // s.members  # a member's frames
             counters.batches += 1
             now = time.perf_counter()
             counters.train_seconds += now - tick
@@ -731,6 +752,14 @@ class _LoopState:
         self.start_frames = counters.frames
         self.start_seconds = counters.train_seconds
         self.wall_start = time.perf_counter()
+        #: a population's report (per-member rows, population.json), or None
+        self.population = None
+        self.members = getattr(learner, "size", 1)
+        if hasattr(learner, "members"):
+            from rlkit.training.population import PopulationReport
+
+            self.population = PopulationReport(learner, cfg.target_return)
+            self.population.load_state_dict(counters.population)
 
     @property
     def is_zero(self) -> bool:
@@ -741,7 +770,9 @@ class _LoopState:
         returns, lengths = _episode_stats(batch)
         self.recent_returns = (self.recent_returns + returns)[-20:]
         if c.batches % self.cfg.log_every == 0 or returns:
-            row = dict(metrics)
+            row = {k: v for k, v in metrics.items() if "/member" not in k}
+            if self.population is not None:
+                self.population.record(self.log, c.frames, batch, metrics)
             if returns:
                 row["episode_return"] = sum(returns) / len(returns)
             if lengths:
@@ -764,7 +795,11 @@ class _LoopState:
     def evaluate(self) -> tuple[float, float]:
         """Rank 0 evaluates; every rank receives the result."""
         result = torch.zeros(2, dtype=torch.float64)
-        if self.is_zero:
+        if self.population is not None:
+            mean, std = self.population.evaluate(self.evaluator, self.counters, self.log)
+            self.counters.population = self.population.state_dict()
+            result = torch.tensor([mean, std], dtype=torch.float64)
+        elif self.is_zero:
             mean, std = self.evaluator(self.learner.eval_policy())
             result = torch.tensor([mean, std], dtype=torch.float64)
         if self.fabric.world_size > 1:
@@ -775,7 +810,14 @@ class _LoopState:
         c.last_eval_frames = c.frames
         self.log.log_eval(c.frames, c.train_seconds, mean, std)
         target = self.cfg.target_return
-        if target is not None and mean >= target and c.solved_frames is None:
+        reached = (
+            self.population.all_solved()
+            if self.population is not None
+            else mean >= target
+            if target is not None
+            else False
+        )
+        if target is not None and reached and c.solved_frames is None:
             c.solved_frames, c.solved_seconds = c.frames, c.train_seconds
         if self.cfg.snapshot_best and (c.best_eval_return is None or mean > c.best_eval_return):
             c.best_eval_return = mean
@@ -880,6 +922,9 @@ class _LoopState:
             "run_dir": str(self.run_dir),
             "config": to_dict(cfg),
         }
+        if self.population is not None and self.is_zero:
+            summary["population"] = self.population.finish(self.run_dir, summary)["aggregates"]
+            summary["population_fps"] = round(summary["fps"] * self.members, 1)
         self.log.finish(summary)
         if self.is_zero and cfg.video:
             env_id = cfg.eval_env or cfg.env

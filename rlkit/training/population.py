@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -218,6 +219,10 @@ class _JointAdam:
         tensors are updated in place."""
         cached = self.state.get(id(opt))
         params = opt.param_groups[0]["params"]
+        if cached is not None and cached[0]:  # a loaded state_dict replaces the tensors
+            first = opt.state.get(cached[0][0], {})
+            if first.get("exp_avg") is not cached[1][0]:
+                cached = None
         if cached is None or any(p.grad is None for p in params) or len(cached[0]) != len(params):
             lists: tuple[list, list, list, list, list, list] = ([], [], [], [], [], [])
             opt._init_group(opt.param_groups[0], *lists)
@@ -614,3 +619,196 @@ def bootstrap_ci(
     stats = [iqm(x[rng.integers(0, len(x), len(x))]) for _ in range(reps)]
     low, high = np.quantile(stats, [(1 - level) / 2, (1 + level) / 2])
     return float(low), float(high)
+
+
+# --------------------------------------------------------------------------- engine side
+def build_population(build, cfg, env) -> PopulationLearner:
+    """``build(member_cfg, env)`` for every member of ``cfg.population_members()``, each
+    from the random state its standalone run would build from."""
+    refused = [
+        f"--{name.replace('_', '-')}"
+        for name in ("normalize_obs", "normalize_reward", "running_advantage_norm")
+        if getattr(cfg, name, False)
+    ]
+    if refused:
+        raise ValueError(
+            f"--population does not support {', '.join(refused)} yet (their statistics would be "
+            "shared by the members): drop the flag or train the members as separate runs"
+        )
+    members = cfg.population_members()
+    learners, states = [], []
+    for seed, setting in members:
+        member_cfg = dataclasses.replace(
+            cfg, seed=seed, population=1, population_seeds=1, sweep=None, **setting
+        )
+        torch.manual_seed(seed)  # what the engine seeds a standalone run with
+        learners.append(build(member_cfg, env))
+        states.append(torch.get_rng_state())
+    return PopulationLearner(
+        learners,
+        states,
+        num_envs=cfg.num_envs,
+        seeds=[seed for seed, _ in members],
+        settings=[setting for _, setting in members],
+    )
+
+
+def env_seeds(cfg) -> list[int]:
+    """Every sub-env's seed: member ``i``'s block is seeded as its standalone run's env."""
+    return [seed + k for seed, _ in cfg.population_members() for k in range(cfg.num_envs)]
+
+
+def _label(setting: Mapping[str, Any]) -> str:
+    return (
+        ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in setting.items())
+        or "default"
+    )
+
+
+class PopulationReport:
+    """What a population run writes besides the usual files: per-member rows in
+    ``metrics.csv`` / ``eval.csv`` (a ``member`` column), ``population.json`` (each member's
+    settings and results, and per setting the IQM over seeds with its 95% bootstrap interval)
+    and ``population.png`` (one curve per setting with its interval)."""
+
+    def __init__(self, learner: PopulationLearner, target: float | None) -> None:
+        self.learner, self.target = learner, target
+        self.solved: list[int | None] = [None] * learner.size
+        self.last: list[tuple[float, float]] = []
+
+    # -- during the run
+    def record(self, log, frames: int, batch: TensorDictBase, metrics: Mapping[str, float]):
+        from rlkit.training.engine import _episode_stats
+
+        if not (log.enabled and log.scalars):
+            return
+        n = self.learner.num_envs
+        for i in range(self.learner.size):
+            row: dict[str, Any] = {"frames": frames, "member": i}
+            suffix = f"/member{i}"
+            row |= {k[: -len(suffix)]: v for k, v in metrics.items() if k.endswith(suffix)}
+            returns, _ = _episode_stats(batch[i * n : (i + 1) * n])
+            if returns:
+                row["episode_return"] = sum(returns) / len(returns)
+            log.metrics.write(row)
+
+    def evaluate(self, evaluator, counters, log) -> tuple[float, float]:
+        """Evaluate every member; returns the IQM of their means and the spread of the means."""
+        self.last = [evaluator(m.eval_policy()) for m in self.learner.members]
+        means = [m for m, _ in self.last]
+        for i, (mean, std) in enumerate(self.last):
+            if log.enabled:
+                log.evals.write(
+                    {
+                        "frames": counters.frames,
+                        "train_seconds": round(counters.train_seconds, 3),
+                        "member": i,
+                        "return_mean": mean,
+                        "return_std": std,
+                    }
+                )
+            if self.target is not None and mean >= self.target and self.solved[i] is None:
+                self.solved[i] = counters.frames
+        import statistics
+
+        return iqm(means), statistics.pstdev(means) if len(means) > 1 else 0.0
+
+    def all_solved(self) -> bool:
+        return all(
+            s is not None for i, s in enumerate(self.solved) if i not in self.learner.stopped
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"solved": list(self.solved)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.solved = list(state.get("solved", self.solved))
+
+    # -- at the end
+    def finish(self, run_dir, summary: dict[str, Any]) -> dict[str, Any]:
+        learner = self.learner
+        members = []
+        for i, (seed, setting) in enumerate(zip(learner.seeds, learner.settings)):
+            mean, std = self.last[i] if i < len(self.last) else (math.nan, math.nan)
+            members.append(
+                {
+                    "member": i,
+                    "seed": seed,
+                    "settings": setting,
+                    "eval_return_mean": mean,
+                    "eval_return_std": std,
+                    "solved_frames": self.solved[i],
+                    "stopped": learner.stopped.get(i),
+                }
+            )
+        by_setting: dict[str, list[dict]] = {}
+        for m in members:
+            by_setting.setdefault(_label(m["settings"]), []).append(m)
+        aggregates = []
+        for label, group in by_setting.items():
+            finals = [m["eval_return_mean"] for m in group]
+            low, high = bootstrap_ci(finals)
+            aggregates.append(
+                {
+                    "settings": label,
+                    "seeds": [m["seed"] for m in group],
+                    "final_return_iqm": iqm(finals),
+                    "final_return_ci95": [low, high],
+                    "solved": sum(m["solved_frames"] is not None for m in group),
+                }
+            )
+        report = {
+            "algo": summary.get("algo"),
+            "env": summary.get("env"),
+            "frames_per_member": summary.get("frames"),
+            "members": members,
+            "aggregates": aggregates,
+            "target_return": self.target,
+            "ci": "95% percentile bootstrap of the IQM over seeds (2000 resamples)",
+        }
+        path = run_dir / "population.json"
+        tmp = path.with_suffix(".json.tmp")
+        import json
+
+        tmp.write_text(json.dumps(report, indent=2, default=str) + "\n")
+        tmp.replace(path)
+        try:
+            plot_population(run_dir, learner.settings, title=f"{report['algo']} on {report['env']}")
+        except Exception as err:  # a missing plot never fails a finished run
+            print(f"warning: could not draw population.png: {err}".splitlines()[0])
+        return report
+
+
+def plot_population(run_dir, settings: Sequence[Mapping[str, Any]], *, title: str):
+    """``population.png``: per setting, the IQM over its seeds of the evaluation return at each
+    evaluation, with the 95% bootstrap interval as a band."""
+    import csv
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with (run_dir / "eval.csv").open(newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r.get("member") not in (None, "")]
+    labels = [_label(s) for s in settings]
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
+    for label in dict.fromkeys(labels):
+        members = {str(i) for i, lab in enumerate(labels) if lab == label}
+        points: dict[float, list[float]] = {}
+        for r in rows:
+            if r["member"] in members:
+                points.setdefault(float(r["frames"]), []).append(float(r["return_mean"]))
+        xs = sorted(points)
+        mid = [iqm(points[x]) for x in xs]
+        bands = [bootstrap_ci(points[x], reps=500) for x in xs]
+        ax.plot(xs, mid, marker="o", ms=3, label=f"{label} ({len(members)} seeds)")
+        ax.fill_between(xs, [b[0] for b in bands], [b[1] for b in bands], alpha=0.2)
+    ax.set(xlabel="environment frames per member", ylabel="eval return (IQM)", title=title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=7)
+    fig.tight_layout()
+    out = run_dir / "population.png"
+    fig.savefig(out)
+    plt.close(fig)
+    return out

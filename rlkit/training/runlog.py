@@ -349,8 +349,13 @@ def plot_curve(run_dir: Path, *, title: str, deterministic: bool = True) -> Path
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    evals = CsvLog(run_dir / "eval.csv").read()
-    train = [r for r in CsvLog(run_dir / "metrics.csv").read() if r.get("episode_return")]
+    # a population's per-member rows (a ``member`` column) are drawn in population.png
+    evals = [r for r in CsvLog(run_dir / "eval.csv").read() if not r.get("member")]
+    train = [
+        r
+        for r in CsvLog(run_dir / "metrics.csv").read()
+        if r.get("episode_return") and not r.get("member")
+    ]
     if not evals and not train:
         return None
     fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
