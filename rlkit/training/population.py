@@ -683,6 +683,7 @@ class PopulationReport:
         if not (log.enabled and log.scalars):
             return
         n = self.learner.num_envs
+        rows: list[dict[str, Any]] = []
         for i in range(self.learner.size):
             row: dict[str, Any] = {"frames": frames, "member": i}
             suffix = f"/member{i}"
@@ -690,15 +691,16 @@ class PopulationReport:
             returns, _ = _episode_stats(batch[i * n : (i + 1) * n])
             if returns:
                 row["episode_return"] = sum(returns) / len(returns)
-            log.metrics.write(row)
+            rows.append(row)
+        log.metrics.write_many(rows)
 
     def evaluate(self, evaluator, counters, log) -> tuple[float, float]:
         """Evaluate every member; returns the IQM of their means and the spread of the means."""
         self.last = [evaluator(m.eval_policy()) for m in self.learner.members]
         means = [m for m, _ in self.last]
-        for i, (mean, std) in enumerate(self.last):
-            if log.enabled:
-                log.evals.write(
+        if log.enabled:
+            log.evals.write_many(
+                [
                     {
                         "frames": counters.frames,
                         "train_seconds": round(counters.train_seconds, 3),
@@ -706,7 +708,10 @@ class PopulationReport:
                         "return_mean": mean,
                         "return_std": std,
                     }
-                )
+                    for i, (mean, std) in enumerate(self.last)
+                ]
+            )
+        for i, (mean, _) in enumerate(self.last):
             if self.target is not None and mean >= self.target and self.solved[i] is None:
                 self.solved[i] = counters.frames
         import statistics

@@ -188,16 +188,21 @@ class CsvLog:
         tmp.replace(self.path)
 
     def write(self, row: Mapping[str, Any]) -> None:
-        new = [k for k in row if k not in self.fields]
+        self.write_many([row])
+
+    def write_many(self, rows: list[Mapping[str, Any]]) -> None:
+        """Append ``rows`` (one file open; the header grows once for all their names)."""
+        names = {k for row in rows for k in row}
+        new = [k for k in names if k not in self.fields]
         if new or not self.path.is_file():
             old = []
             if self.path.is_file():
                 with self.path.open(newline="") as f:
                     old = list(csv.DictReader(f))
-            self.fields = ["frames"] + sorted((set(self.fields) | set(row)) - {"frames"})
+            self.fields = ["frames"] + sorted((set(self.fields) | names) - {"frames"})
             self._rewrite(old)
         with self.path.open("a", newline="") as f:
-            csv.DictWriter(f, fieldnames=self.fields, extrasaction="ignore").writerow(row)
+            csv.DictWriter(f, fieldnames=self.fields, extrasaction="ignore").writerows(rows)
 
     def read(self) -> list[dict[str, str]]:
         if not self.path.is_file():
