@@ -201,15 +201,23 @@ class PolicyGradientLearner(Learner):
         return self._groups
 
     def update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
+        flat, sched = self.prepare(batch, ctx)
+        result = update_loop(self.loss_groups(), flat, ctx, minibatches=self._minibatches)
+        self.after_update(batch, result, ctx)
+        return result | sched
+
+    def prepare(
+        self, batch: TensorDictBase, ctx: Context
+    ) -> tuple[TensorDictBase, dict[str, float]]:
+        """The update before its gradient steps: schedules, then the estimator's advantages
+        and targets; returns the flat data the loop trains on and the schedules' values
+        (a population runs each member's ``prepare``, then all members' steps at once)."""
         sched = self.apply_schedules(ctx.progress)
         with torch.no_grad():
             self.estimator(batch)
             if self.adv_norm is not None:  # every rank's advantages: the same statistics
                 self.adv_norm(batch, samples=ctx.all_gather(batch.get(keys.ADVANTAGE)))
-        flat = batch.reshape(-1)
-        result = update_loop(self.loss_groups(), flat, ctx, minibatches=self._minibatches)
-        self.after_update(batch, result, ctx)
-        return result | sched
+        return batch.reshape(-1), sched
 
     def after_update(self, batch: TensorDictBase, result: Mapping[str, float], ctx) -> None:
         """KL-adaptive learning rate from the batch's ``approx_kl``, then the observation

@@ -37,7 +37,6 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 from torch.optim.adam import adam as adam_step
 
-from rlkit import keys
 from rlkit.modules import direct
 from rlkit.training.engine import Context, Learner
 from rlkit.training.update import _group_terms, _validate
@@ -358,9 +357,12 @@ class PopulationLearner(Learner):
     ) -> None:
         if not members:
             raise ValueError("a population needs at least one member")
+        from rlkit.algorithms.onpolicy import PolicyGradientLearner  # the learners it vectorises
+
         for m in members:
             groups = m.loss_groups() if hasattr(m, "loss_groups") else None
-            if groups is None or len(groups) != 1 or type(m).update is not type(members[0]).update:
+            shared = getattr(type(m), "update", None) is PolicyGradientLearner.update
+            if groups is None or len(groups) != 1 or not shared:
                 raise ValueError(
                     f"--population trains learners with one loss group and the shared update "
                     f"(ppo, a2c); {m.algo} updates its own way: drop --population"
@@ -438,13 +440,7 @@ class PopulationLearner(Learner):
         scheds: dict[int, dict[str, float]] = {}
         flats: dict[int, TensorDictBase] = {}
         for i in active:
-            m = self.members[i]
-            scheds[i] = m.apply_schedules(ctx.progress)
-            with torch.no_grad():
-                m.estimator(parts[i])
-                if m.adv_norm is not None:
-                    m.adv_norm(parts[i], samples=parts[i].get(keys.ADVANTAGE))
-            flats[i] = parts[i].reshape(-1)
+            flats[i], scheds[i] = self.members[i].prepare(parts[i], ctx)
         results = self._train(active, flats, ctx)
         out: dict[str, float] = {}
         for i in active:
