@@ -40,8 +40,10 @@ def _ctx(seed: int) -> Context:
 
 def _base(algo: str):
     argv = ["--num-envs", str(N_ENVS), "--rollout-steps", str(STEPS)]
-    if algo == "ppo":
+    if algo in ("ppo", "daac"):
         argv += ["--minibatch-size", "32", "--epochs", "3"]
+    if algo == "daac":  # a value phase every other batch
+        argv += ["--value-epochs", "2", "--value-freq", "2"]
     return parse_config(config_class(algo), argv, presets={})
 
 
@@ -93,7 +95,7 @@ def _max_diff(a, b) -> float:
     )
 
 
-@pytest.mark.parametrize("algo", ["ppo", "a2c"])
+@pytest.mark.parametrize("algo", ["ppo", "a2c", "daac"])
 def test_members_match_standalone_runs(algo):
     # 3 batches = 18 PPO optimiser steps; the vmapped backward differs from a single
     # member's in the last bits (batched matmuls), which Adam amplifies slowly: 2e-5 after 4
@@ -240,5 +242,5 @@ def test_population_refusals():
 
     with pytest.raises(ValueError, match="normalize-obs"):
         ppo.main([*FLAGS, "--population", "2", "--normalize-obs", "true"])
-    with pytest.raises(ValueError, match="one loss group"):
+    with pytest.raises(ValueError, match="updates its own way"):
         dqn.main(["--total-frames", "1000", "--population", "2", "--progress", "false"])

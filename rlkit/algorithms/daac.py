@@ -20,7 +20,7 @@ from rlkit.modules.daac_networks import DAACNetworks, daac_networks
 from rlkit.objectives.daac import DAACLoss, DAACValueLoss
 from rlkit.training import parse_config, run, schedules
 from rlkit.training.engine import Context
-from rlkit.training.update import LossGroup, update_loop
+from rlkit.training.update import LossGroup
 from rlkit.value import GAE
 
 
@@ -160,18 +160,20 @@ class DAACLearner(PolicyGradientLearner):
             ]
         return self._groups
 
-    def update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
+    def prepare(self, batch: TensorDictBase, ctx: Context):
         sched = self.apply_schedules(ctx.progress)
         with torch.no_grad():
             self.estimator(batch)  # GAE with the value network; writes state_value too
-        flat = self.loss.standardize_batch(batch.reshape(-1))
+        return self.loss.standardize_batch(batch.reshape(-1)), sched
+
+    def phases(self) -> list[list[LossGroup]]:
+        """The policy phase, then (every ``--value-freq`` batches) the value phase."""
         policy, value = self.loss_groups()
-        result = update_loop([policy], flat, ctx, minibatches=self._minibatches)
-        if self.batches_seen % self.cfg.value_freq == 0:
-            result |= update_loop([value], flat, ctx, minibatches=self._minibatches)
+        return [[policy], [value]] if self.batches_seen % self.cfg.value_freq == 0 else [[policy]]
+
+    def finish(self, batch: TensorDictBase, result: Mapping[str, float], ctx: Context):
         self.batches_seen += 1
-        self.after_update(batch, result, ctx)
-        return result | sched
+        return super().finish(batch, result, ctx)
 
 
 # 2-5. networks, estimator, losses, learner --------------------------------------------------

@@ -202,9 +202,22 @@ class PolicyGradientLearner(Learner):
 
     def update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
         flat, sched = self.prepare(batch, ctx)
-        result = update_loop(self.loss_groups(), flat, ctx, minibatches=self._minibatches)
+        result: dict[str, float] = {}
+        for groups in self.phases():
+            result |= update_loop(groups, flat, ctx, minibatches=self._minibatches)
+        return self.finish(batch, result, ctx) | sched
+
+    def phases(self) -> list[list[LossGroup]]:
+        """The loss groups of this batch's update, as phases run one after the other (the
+        groups of a phase in lockstep): one phase of :meth:`loss_groups` here."""
+        return [self.loss_groups()]
+
+    def finish(
+        self, batch: TensorDictBase, result: Mapping[str, float], ctx: Context
+    ) -> dict[str, float]:
+        """After the gradient steps (:meth:`after_update`); returns the metrics."""
         self.after_update(batch, result, ctx)
-        return result | sched
+        return dict(result)
 
     def prepare(
         self, batch: TensorDictBase, ctx: Context

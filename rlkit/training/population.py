@@ -133,13 +133,13 @@ class PopulationPolicy(nn.Module):
 
 
 class _Networks(nn.Module):
-    """A loss's actor and critic as one plain module (``torch.func.functional_call`` needs the
-    standard ``named_parameters``, which TorchRL's ``LossModule`` overrides); calling it runs
-    the loss."""
+    """A loss's networks (its child modules) as one plain module (``torch.func.functional_call``
+    needs the standard ``named_parameters``, which TorchRL's ``LossModule`` overrides);
+    calling it runs the loss."""
 
     def __init__(self, loss: nn.Module) -> None:
         super().__init__()
-        self.actor, self.critic = loss.actor, loss.critic
+        self.nets = nn.ModuleDict(dict(loss.named_children()))
         object.__setattr__(self, "_loss", loss)  # not a submodule: its parameters are above
 
     def forward(self, minibatch: TensorDictBase) -> dict[str, torch.Tensor]:
@@ -357,15 +357,18 @@ class PopulationLearner(Learner):
     ) -> None:
         if not members:
             raise ValueError("a population needs at least one member")
-        from rlkit.algorithms.onpolicy import PolicyGradientLearner  # the learners it vectorises
+        from rlkit.algorithms.onpolicy import PolicyGradientLearner  # the update it vectorises
 
         for m in members:
-            groups = m.loss_groups() if hasattr(m, "loss_groups") else None
-            shared = getattr(type(m), "update", None) is PolicyGradientLearner.update
-            if groups is None or len(groups) != 1 or not shared:
+            if getattr(type(m), "update", None) is not PolicyGradientLearner.update:
                 raise ValueError(
-                    f"--population trains learners with one loss group and the shared update "
-                    f"(ppo, a2c); {m.algo} updates its own way: drop --population"
+                    f"--population trains learners whose update is a sequence of loss groups on "
+                    f"one batch (ppo, a2c, daac); {m.algo} updates its own way: drop --population"
+                )
+            if any(len(phase) != 1 for phase in m.phases()):
+                raise ValueError(
+                    f"--population cannot vectorise {m.algo}: its update trains several loss "
+                    "groups in lockstep; drop --population"
                 )
         self.members = list(members)
         self.algo = members[0].algo
@@ -377,9 +380,9 @@ class PopulationLearner(Learner):
         self.stopped: dict[int, str] = {}
         self._policy = PopulationPolicy([m.collect_policy() for m in members], self.rngs, num_envs)
         self._groups: dict[tuple, _VmapGroup] = {}
-        # each member's parameters and buffers by name, the live tensors (read once:
-        # optimisers and checkpoint loads update them in place)
-        self._tensors = [_Networks(m.loss).tensors() for m in members]
+        # each member loss's parameters and buffers by name, the live tensors (read once per
+        # loss: optimisers and checkpoint loads update them in place)
+        self._tensors: dict[int, dict[str, torch.Tensor]] = {}
         self._joint = _JointAdam()
 
     # ---------------------------------------------------------------- Learner interface
@@ -441,13 +444,19 @@ class PopulationLearner(Learner):
         flats: dict[int, TensorDictBase] = {}
         for i in active:
             flats[i], scheds[i] = self.members[i].prepare(parts[i], ctx)
-        results = self._train(active, flats, ctx)
+        results: dict[int, dict[str, float]] = {i: {} for i in active}
+        phases = {i: self.members[i].phases() for i in active}
+        for k in range(len(phases[active[0]])):  # equal settings give equal phase plans
+            live = [i for i in active if i not in self.stopped]
+            if live:
+                for i, r in self._train(live, flats, {i: phases[i][k][0] for i in live}, ctx):
+                    results[i] |= r
         out: dict[str, float] = {}
         for i in active:
             if i in self.stopped:
                 continue
-            self.members[i].after_update(parts[i], results[i], ctx)
-            for k, v in (results[i] | scheds[i]).items():
+            result = self.members[i].finish(parts[i], results[i], ctx)
+            for k, v in (result | scheds[i]).items():
                 out[f"{k}/member{i}"] = v
         for k in {k.split("/member")[0] for k in out}:
             values = [v for name, v in out.items() if name.split("/member")[0] == k]
@@ -455,10 +464,9 @@ class PopulationLearner(Learner):
         out["members_active"] = float(self.size - len(self.stopped))
         return out
 
-    def _train(
-        self, active: list[int], flats: Mapping[int, TensorDictBase], ctx: Context
-    ) -> dict[int, dict[str, float]]:
-        groups = {i: self.members[i].loss_groups()[0] for i in active}
+    def _train(self, active: list[int], flats, groups: Mapping[int, Any], ctx: Context):
+        """One phase: every member's group trained for its epochs on its minibatches, the
+        members' steps taken together. Yields ``(member, metrics)``."""
         for i in active:
             _validate([groups[i]])
         stats = _MemberStats(self.size)
@@ -470,38 +478,46 @@ class PopulationLearner(Learner):
                 if i not in self.stopped
             }
             for i in batches:
-                self.members[i].loss.diagnostics = epoch == epochs - 1
+                loss = groups[i].loss
+                if hasattr(loss, "diagnostics"):
+                    loss.diagnostics = epoch == epochs - 1
             steps = min(len(b) for b in batches.values())
             for step in range(steps):
                 live = [i for i in batches if i not in self.stopped]
                 self._step(live, {i: batches[i][step] for i in live}, groups, ctx, stats)
-        self.__dict__.pop("_stack_cache", None)  # this update's batches
-        return {i: stats.result(i) for i in active}
+        self.__dict__.pop("_stack_cache", None)  # this phase's batches
+        return [(i, stats.result(i)) for i in active]
 
-    def _vmap_groups(self, live: Sequence[int]) -> dict[tuple, list[int]]:
+    def _vmap_groups(self, live: Sequence[int], groups) -> dict[tuple, list[int]]:
         by_key: dict[tuple, list[int]] = {}
         for i in live:
-            attrs = _plain_attributes(self.members[i].loss)
-            by_key.setdefault(tuple(sorted(attrs.items())), []).append(i)
+            key = (groups[i].name, *sorted(_plain_attributes(groups[i].loss).items()))
+            by_key.setdefault(key, []).append(i)
         return by_key
 
     def _losses(self, idx: list[int], minibatches, groups) -> tuple[dict, torch.Tensor]:
         """The loss outputs of members ``idx`` (equal hyperparameters) as ``[len(idx)]``
         tensors, and their per-member totals: one vmapped call, or the member's own loss
         when it is alone (exactly a standalone run's step)."""
-        first = self.members[idx[0]]
+        first = groups[idx[0]].loss
         if len(idx) == 1:
-            out = {k: v.unsqueeze(0) for k, v in first.loss(minibatches[idx[0]]).items()}
+            out = {k: v.unsqueeze(0) for k, v in first(minibatches[idx[0]]).items()}
         else:
-            key = tuple(sorted(_plain_attributes(first.loss).items()))
+            key = (groups[idx[0]].name, *sorted(_plain_attributes(first).items()))
             group = self._groups.get(key)
             if group is None:
-                group = self._groups[key] = _VmapGroup(first.loss)
-            group.sync(first.loss)
-            out = group([self._tensors[i] for i in idx], self._stacked(idx, minibatches))
+                group = self._groups[key] = _VmapGroup(first)
+            group.sync(first)
+            tensors = [self._tensors_of(groups[i].loss) for i in idx]
+            out = group(tensors, self._stacked(idx, minibatches))
         g = groups[idx[0]]
         names = _group_terms(g, {k: v[0] for k, v in out.items()}, [g])
         return out, sum(out[t] for t in names)
+
+    def _tensors_of(self, loss: nn.Module) -> dict[str, torch.Tensor]:
+        if id(loss) not in self._tensors:
+            self._tensors[id(loss)] = _Networks(loss).tensors()
+        return self._tensors[id(loss)]
 
     def _stacked(self, idx: list[int], minibatches) -> TensorDictBase:
         """The members' minibatches stacked ``[len(idx), B]``; when every member trains on its
@@ -521,7 +537,7 @@ class PopulationLearner(Learner):
             groups[i].optimizer.zero_grad(set_to_none=True)
         results = [
             (idx, *self._losses(idx, minibatches, groups))
-            for idx in self._vmap_groups(live).values()
+            for idx in self._vmap_groups(live, groups).values()
         ]
         totals = torch.cat([total for _, _, total in results])
         totals.sum().backward()
