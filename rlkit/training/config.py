@@ -146,7 +146,7 @@ class TrainConfig:
         default=1,
         metadata=_help(
             "train this many independent members in one process, seeds --seed, --seed+1, ... "
-            "(ppo, a2c; see docs/population.md); with --sweep: the grid x --population-seeds"
+            "(ppo, a2c, daac; see docs/population.md); with --sweep: the grid x --population-seeds"
         ),
     )
     population_seeds: int = field(
@@ -238,9 +238,7 @@ def _sweep_grid(cfg: Any) -> list[tuple[tuple[str, Any], ...]]:
         name = name.strip().replace("-", "_")
         fields = {f.name for f in dataclasses.fields(cfg)}
         if not sep or not values.strip():
-            raise ValueError(
-                f"--sweep {entry!r}: write NAME=V1,V2,... (e.g. --sweep lr=1e-4,3e-4)"
-            )
+            raise ValueError(f"--sweep {entry!r}: write NAME=V1,V2,... (e.g. --sweep lr=1e-4,3e-4)")
         if name not in fields:
             raise ValueError(f"--sweep {entry!r}: {type(cfg).__name__} has no setting {name!r}")
         tp, _ = _base_type(hints[name])
