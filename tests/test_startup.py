@@ -133,10 +133,9 @@ def test_flag_choices_are_the_modules_own():
 
     assert ppg_networks.ARCHS is ppg.ARCHS and ppg_networks.INIT_FNS is ppg.INIT_FNS
     assert ppg_networks.ENCODERS is ppg.ENCODERS
-    # rlkit.objectives declares its own copies: they must not drift from the flags'
-    assert daac_loss.ADVANTAGE_NORMS == daac.ADVANTAGE_NORMS
-    assert daac_loss.ADVANTAGE_TARGETS == daac.ADVANTAGE_TARGETS
-    assert dqn_loss.PRIORITY_WEIGHT_NORMS == offpolicy.PRIORITY_WEIGHT_NORMS
+    assert daac_loss.ADVANTAGE_NORMS is daac.ADVANTAGE_NORMS
+    assert daac_loss.ADVANTAGE_TARGETS is daac.ADVANTAGE_TARGETS
+    assert dqn_loss.PRIORITY_WEIGHT_NORMS is offpolicy.PRIORITY_WEIGHT_NORMS
 
 
 @pytest.mark.parametrize("name", algorithms.NAMES)

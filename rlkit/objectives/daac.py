@@ -17,6 +17,7 @@ from tensordict import NestedKey, TensorDict, TensorDictBase
 from torch import Tensor, nn
 
 from rlkit import keys
+from rlkit.configs.daac import ADVANTAGE_NORMS, ADVANTAGE_TARGETS
 from rlkit.modules.direct import actor_dist, module_output
 from rlkit.objectives.common import (
     ADVANTAGE_MEAN,
@@ -66,10 +67,6 @@ __all__ = [
 LOSS_ADVANTAGE = "loss_advantage"
 #: Diagnostic: how much of the advantage target's variance the advantage head explains.
 ADVANTAGE_EXPLAINED_VARIANCE = "advantage_explained_variance"
-#: Regression targets of the advantage head: the advantage the surrogate uses, or the raw one.
-ADVANTAGE_TARGETS = ("normalized", "raw")
-#: Over what the advantage is standardised: the whole batch (the authors' code) or each minibatch.
-ADVANTAGE_NORMS = ("batch", "minibatch")
 #: The batch-standardised advantage ``[*, 1]``, written by :meth:`DAACLoss.standardize_batch`.
 NORMALIZED_ADVANTAGE = keys.NORMALIZED_ADVANTAGE
 

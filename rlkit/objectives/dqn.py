@@ -35,6 +35,7 @@ from tensordict import NestedKey, TensorDict, TensorDictBase
 from torch import Tensor, nn
 
 from rlkit import keys
+from rlkit.configs.offpolicy import PRIORITY_WEIGHT_NORMS
 from rlkit.modules.target import TargetNetwork, call_network
 from rlkit.objectives.common import (
     LOSS_VALUE,
@@ -64,10 +65,6 @@ PRIORITY_WEIGHT = keys.PRIORITY_WEIGHT
 #: ``[B]`` detached absolute TD error per sample in a loss's output (new replay priorities).
 TD_ERROR = "td_error"
 TARGET_MEAN = "target_mean"
-#: How a loss normalises prioritized replay's importance weights (``priority_weights=``):
-#: ``"max"`` (Schaul et al.: the sampler divides by the largest weight, the loss takes the
-#: plain mean of ``w * loss``) or ``"sum"`` (``sum(w * loss) / sum(w)``).
-PRIORITY_WEIGHT_NORMS = ("max", "sum")
 
 WRITTEN_BY_NSTEP = (
     "n_steps > 1 reads the per-sample bootstrap discount gamma^m written by "
