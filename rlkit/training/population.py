@@ -9,18 +9,22 @@ the engine as one learner:
   :class:`PopulationPolicy` runs each member's actor on its rows and samples with the
   member's own random stream (the global stream of its standalone run, swapped in and out),
   so a member draws the actions its standalone run draws;
-* **update**: each member's estimator on its own rows, then the epochs and minibatches of the
-  shared update loop with the loss of all members computed in one ``torch.vmap`` (members
-  whose losses hold the same hyperparameters are vmapped together: a sweep over
-  ``clip_epsilon`` runs one vmapped call per value), one backward, and per member the
-  engine's optimiser step (gradient clipping, the NaN check, its own optimiser and learning
-  rate). Minibatch orders come from per-member generators seeded as a standalone run's;
+* **update**: each member's ``prepare`` (schedules, estimator), then each of its update's
+  phases (one loss group each: PPO's and A2C's loss; DAAC's policy, then value) for its
+  epochs and minibatches, with the losses of all members computed in one ``torch.vmap``
+  (members whose losses hold the same hyperparameters are vmapped together: a sweep over
+  ``clip_epsilon`` runs one vmapped call per value), one backward, per-member gradient
+  clipping and NaN check, and the members' Adam steps in one fused call per learning rate.
+  Minibatch orders come from per-member generators seeded as a standalone run's; then each
+  member's ``finish`` (KL-adaptive learning rate, counters);
 * **divergence**: a member whose gradient turns non-finite is stopped (it keeps its last
   good parameters and is reported); the others go on.
 
 Member ``i`` of a population and a standalone run with the same seed and settings end at the
-same parameters (``tests/test_population.py``: within 1e-5 after several updates, four
-members with four different settings).
+same parameters (``tests/test_population.py``: within 1e-5 after three batches, four members
+with four different settings, for PPO, A2C and DAAC). The vmapped backward differs from one
+member's in the last bits, and training amplifies such differences over long runs
+(docs/population.md gives the measured drift); a lone member runs its own loss, bit for bit.
 """
 
 from __future__ import annotations
