@@ -244,3 +244,19 @@ def test_population_refusals():
         ppo.main([*FLAGS, "--population", "2", "--normalize-obs", "true"])
     with pytest.raises(ValueError, match="updates its own way"):
         dqn.main(["--total-frames", "1000", "--population", "2", "--progress", "false"])
+
+
+@pytest.mark.parametrize("max_steps", [None, 40])
+def test_members_are_evaluated_at_once_as_one_by_one(max_steps):
+    """Deterministic evaluation of all members in one env (P blocks of the same episodes)
+    gives each member exactly the returns of its own evaluation."""
+    from rlkit.training.evaluation import Evaluator
+    from rlkit.training.population import PopulationReport
+
+    pop, _ = _population("ppo", SETTINGS, 2)
+    evaluator = Evaluator("CartPole-v1", episodes=5, max_steps=max_steps)
+    one_by_one = [evaluator(m.eval_policy()) for m in pop.members]
+    report = PopulationReport(pop, target=None)
+    assert report._evaluate_members(evaluator) == one_by_one
+    assert report._evaluator is not None  # the vectorised path was taken
+    assert len({mean for mean, _ in one_by_one}) > 1  # the members differ

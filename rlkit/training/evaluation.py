@@ -60,6 +60,7 @@ class Evaluator:
         device: torch.device | str = "cpu",
         max_steps: int | None = None,
         deterministic: bool = True,
+        repeats: int = 1,
     ) -> None:
         from rlkit.envs import make_env
 
@@ -70,7 +71,12 @@ class Evaluator:
         self.episodes, self.max_steps = episodes, max_steps
         self.deterministic = deterministic
         self.device = torch.device(device)
-        self.env = make_env(env_id, num_envs=episodes, seed=EVAL_SEED, device=device)
+        self.env_id, self.repeats = env_id, repeats
+        # ``repeats`` blocks of the same ``episodes`` start states (a population's members,
+        # each scored on the episodes its standalone run is scored on)
+        self._seeds = [EVAL_SEED + i for _ in range(repeats) for i in range(episodes)]
+        seed = EVAL_SEED if repeats == 1 else self._seeds
+        self.env = make_env(env_id, num_envs=episodes * repeats, seed=seed, device=device)
 
     @torch.no_grad()
     def __call__(self, policy: nn.Module) -> tuple[float, float]:
@@ -85,8 +91,11 @@ class Evaluator:
             return self._play(policy)
 
     def _play(self, policy: nn.Module) -> torch.Tensor:
-        env, n = self.env, self.episodes
-        env.set_seed(EVAL_SEED)
+        env, n = self.env, self.episodes * self.repeats
+        if self.repeats == 1:
+            env.set_seed(EVAL_SEED)
+        else:
+            env.base_env.reset(seed=self._seeds)
         td = env.reset()
         running = torch.zeros(n, dtype=torch.float64)
         final = torch.full((n,), math.nan, dtype=torch.float64)

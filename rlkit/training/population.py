@@ -95,7 +95,7 @@ class PopulationPolicy(nn.Module):
     def forward(self, td: TensorDictBase) -> TensorDictBase:
         merged = self._categorical(td)
         if merged is None:
-            n = self.rows
+            n = td.shape[0] // len(self.actors)  # training rows or evaluation episodes
             parts: list[dict[str, torch.Tensor]] = []
             for i, (actor, rng) in enumerate(zip(self.actors, self.rngs)):
                 rows = td[i * n : (i + 1) * n]
@@ -118,7 +118,7 @@ class PopulationPolicy(nn.Module):
             return None
         if any(p.dist_kwargs or p.dist_keys != ("logits",) for p in plans):
             return None
-        n, key = self.rows, plans[0].param_keys[0]
+        n, key = td.shape[0] // len(self.actors), plans[0].param_keys[0]
         try:
             outs = [p.params.outputs(td[i * n : (i + 1) * n]) for i, p in enumerate(plans)]
         except direct.PlanMismatch:
@@ -691,6 +691,7 @@ class PopulationReport:
         self.learner, self.target = learner, target
         self.solved: list[int | None] = [None] * learner.size
         self.last: list[tuple[float, float]] = []
+        self._evaluator = None  # all members at once (deterministic evaluation)
 
     # -- during the run
     def record(self, log, frames: int, batch: TensorDictBase, metrics: Mapping[str, float]):
@@ -710,9 +711,36 @@ class PopulationReport:
             rows.append(row)
         log.metrics.write_many(rows)
 
+    def _evaluate_members(self, evaluator) -> list[tuple[float, float]]:
+        """Every member's mean and std evaluation return. Deterministic evaluation plays all
+        members at once (one env of P blocks of the same episodes, each member's actor on its
+        block); sampled evaluation plays them one after the other (each from the evaluation
+        seed, as a standalone run does)."""
+        learner = self.learner
+        if not evaluator.deterministic or any(
+            m.eval_policy() is not m.collect_policy() for m in learner.members
+        ):
+            return [evaluator(m.eval_policy()) for m in learner.members]
+        if self._evaluator is None:
+            from rlkit.training.evaluation import Evaluator
+
+            self._evaluator = Evaluator(
+                evaluator.env_id,
+                episodes=evaluator.episodes,
+                device=evaluator.device,
+                max_steps=evaluator.max_steps,
+                deterministic=True,
+                repeats=learner.size,
+            )
+        returns = self._evaluator.returns(learner.collect_policy()).reshape(learner.size, -1)
+        return [
+            (float(r.mean()), float(r.std(unbiased=False)) if r.numel() > 1 else 0.0)
+            for r in returns
+        ]
+
     def evaluate(self, evaluator, counters, log) -> tuple[float, float]:
         """Evaluate every member; returns the IQM of their means and the spread of the means."""
-        self.last = [evaluator(m.eval_policy()) for m in self.learner.members]
+        self.last = self._evaluate_members(evaluator)
         means = [m for m, _ in self.last]
         if log.enabled:
             log.evals.write_many(
