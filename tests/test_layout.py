@@ -63,6 +63,7 @@ def test_the_engine_layer_holds_no_algorithm():
         "engine",
         "errors",
         "evaluation",
+        "learner",
         "population",
         "runlog",
         "schedules",

@@ -207,6 +207,12 @@ class PolicyGradientLearner(Learner):
             result |= update_loop(groups, flat, ctx, minibatches=self._minibatches)
         return self.finish(batch, result, ctx) | sched
 
+    def shared_update(self) -> bool:
+        """Whether this learner updates through :meth:`prepare`, :meth:`phases` and
+        :meth:`finish` (a subclass that overrides :meth:`update` does not): what a population
+        vectorises (:mod:`rlkit.training.population`)."""
+        return type(self).update is PolicyGradientLearner.update
+
     def phases(self) -> list[list[LossGroup]]:
         """The loss groups of this batch's update, as phases run one after the other (the
         groups of a phase in lockstep): one phase of :meth:`loss_groups` here."""

@@ -39,7 +39,7 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from rlkit import _quiet, _speedups, keys
+from rlkit import _quiet, _speedups
 from rlkit.training import checkpoint as ckpt
 
 # the command line and the exception classes are torch-free (``--help`` imports no torch),
@@ -48,200 +48,8 @@ from rlkit.training.cli import USER_ERRORS, _one_line, cli  # noqa: F401
 from rlkit.training.config import TrainConfig, resume_checkpoint_path, to_dict
 from rlkit.training.config import save_config as _save_config
 from rlkit.training.errors import CheckpointWriteError, NonFiniteError
+from rlkit.training.learner import Context, Counters, Learner, episode_stats
 from rlkit.training.runlog import RunLog, check_run_dir, claim_run_dir
-
-
-class Learner:
-    """What the engine needs from an algorithm.
-
-    A learner owns its networks (``modules``), optimisers and the update rule. The engine
-    owns everything else: collection, counters, evaluation, checkpoints and logs.
-    """
-
-    algo: str = "learner"
-    #: modules a warm start (``--init-from``) copies; default: all of them
-    warm_start_modules: tuple[str, ...] | None = None
-
-    def modules(self) -> dict[str, nn.Module]:
-        raise NotImplementedError
-
-    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        raise NotImplementedError
-
-    @property
-    def frames_per_batch(self) -> int:
-        raise NotImplementedError
-
-    def collect_policy(self) -> nn.Module:
-        """The policy the collector runs (samples actions, writes ``action_log_prob``)."""
-        raise NotImplementedError
-
-    def eval_policy(self) -> nn.Module:
-        """The policy evaluated deterministically (defaults to the collection policy)."""
-        return self.collect_policy()
-
-    def update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
-        raise NotImplementedError
-
-    def state_dict(self) -> dict[str, Any]:
-        """Extra learner state (schedules, counters) as tensors and plain containers."""
-        return {}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        del state
-
-
-@dataclass
-class Counters:
-    frames: int = 0
-    batches: int = 0
-    updates: int = 0
-    train_seconds: float = 0.0
-    solved_frames: int | None = None
-    solved_seconds: float | None = None
-    last_eval_frames: int = 0
-    last_checkpoint_frames: int = 0
-    last_video_frames: int = 0
-    best_eval_return: float | None = None
-    #: a population's per-member progress (first frames each member reached the target)
-    population: dict[str, Any] = field(default_factory=dict)
-
-    def state_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        for k, v in state.items():
-            if k in self.__dict__:
-                setattr(self, k, v)
-
-
-@dataclass
-class Context:
-    """What an update sees of the engine: device, ranks, progress, and the optimiser step."""
-
-    fabric: Any
-    total_frames: int
-    counters: Counters
-    generator: torch.Generator = field(default_factory=torch.Generator)
-    _params: dict[int, list[torch.Tensor]] = field(default_factory=dict, repr=False)
-
-    @property
-    def device(self) -> torch.device:
-        return self.fabric.device
-
-    @property
-    def world_size(self) -> int:
-        return self.fabric.world_size
-
-    @property
-    def progress(self) -> float:
-        """Fraction of the frame budget done, in [0, 1]: the x of every schedule."""
-        return min(self.counters.frames / self.total_frames, 1.0)
-
-    def all_reduce_mean(self, tensor: torch.Tensor) -> torch.Tensor:
-        if self.world_size == 1:
-            return tensor
-        return self.fabric.all_reduce(tensor, reduce_op="mean")
-
-    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Stack ``tensor`` from every rank along a new leading dim (none on one rank)."""
-        if self.world_size == 1:
-            return tensor
-        return self.fabric.all_gather(tensor)
-
-    def optimize(
-        self,
-        loss: torch.Tensor,
-        optimizer: torch.optim.Optimizer,
-        *,
-        max_grad_norm: float | None = None,
-        transform_grads: Callable[[], None] | None = None,
-    ) -> float:
-        """Backward of ``loss`` into ``optimizer``'s parameters, then :meth:`step_optimizer`.
-
-        Learners use :func:`rlkit.training.update.update_loop`; this is the one-loss form.
-        """
-        params = self._optimizer_params(optimizer)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward(inputs=params)
-        return self.step_optimizer(
-            optimizer,
-            max_grad_norm=max_grad_norm,
-            transform_grads=transform_grads,
-            loss=loss.detach(),
-        )
-
-    def _optimizer_params(self, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
-        params = self._params.get(id(optimizer))
-        if params is None:
-            params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
-            self._params[id(optimizer)] = params
-        return params
-
-    def step_optimizer(
-        self,
-        optimizer: torch.optim.Optimizer,
-        *,
-        max_grad_norm: float | None = None,
-        transform_grads: Callable[[], None] | None = None,
-        loss: torch.Tensor | float | None = None,
-    ) -> float:
-        """All-reduce the gradients already in ``optimizer``'s parameters, clip, check, step.
-
-        ``transform_grads`` (optional) runs after the all-reduce and before clipping: it may
-        rewrite the parameters' ``.grad`` in place (SVPG's Stein update mixes the particles'
-        gradients there), and sees the same averaged gradients on every rank.
-        Returns the gradient norm before clipping. Raises :class:`NonFiniteError` when a
-        gradient is NaN or inf: the decision is taken on all-reduced gradients, so every rank
-        stops together (``loss``, when given, is quoted in the message).
-        """
-        params = self._optimizer_params(optimizer)
-        if self.world_size > 1:
-            self._all_reduce_grads(params)
-        if transform_grads is not None:
-            transform_grads()
-        norm = torch.nn.utils.clip_grad_norm_(
-            params, max_grad_norm if max_grad_norm else math.inf, foreach=True
-        )
-        norm_value = float(norm)
-        if not math.isfinite(norm_value):
-            shown = "?" if loss is None else f"{float(loss):.4g}"
-            raise NonFiniteError(
-                f"non-finite loss or gradient (loss {shown}, gradient norm "
-                f"{norm_value}) at {self.counters.frames:,} frames"
-            )
-        optimizer.step()
-        self.counters.updates += 1
-        return norm_value
-
-    def _all_reduce_grads(self, params: list[torch.Tensor]) -> None:
-        """Average gradients over ranks in one all-reduce of a flat buffer.
-
-        A parameter that no rank reached keeps ``grad = None``, so the optimiser skips it
-        exactly as it does on one rank (e.g. an auxiliary head outside its phase); one that
-        some rank reached gets the mean over ranks, a rank that did not reach it counting 0.
-        """
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        reached = torch.tensor(
-            [p.grad is not None for p in params], dtype=grads[0].dtype, device=grads[0].device
-        )
-        flat = torch.cat([*(g.reshape(-1) for g in grads), reached])
-        flat = self.fabric.all_reduce(flat, reduce_op="sum")
-        reached = flat[-len(params) :].tolist()
-        flat = flat[: -len(params)] / self.world_size
-        offset = 0
-        for p, g, used in zip(params, grads, reached):
-            n = g.numel()
-            if used == 0:
-                p.grad = None
-            elif p.grad is None:
-                p.grad = flat[offset : offset + n].view_as(p).clone()
-            else:
-                p.grad.copy_(flat[offset : offset + n].view_as(p))
-            offset += n
-
-
-# --------------------------------------------------------------------------- helpers
 
 
 def resolve_run_dir(cfg: TrainConfig, algo: str) -> Path:
@@ -277,17 +85,6 @@ def _broadcast_parameters(fabric, modules: Mapping[str, nn.Module]) -> None:
     for module in modules.values():
         for t in list(module.parameters()) + list(module.buffers()):
             t.data.copy_(fabric.broadcast(t.data, src=0))
-
-
-def _episode_stats(batch: TensorDictBase) -> tuple[list[float], list[float]]:
-    done = batch.get(keys.DONE).reshape(-1)
-    if not done.any():
-        return [], []
-    returns = batch.get(keys.EPISODE_RETURN).reshape(-1)[done].tolist()
-    lengths = []
-    if keys.STEP_COUNT in batch.keys(include_nested=True):
-        lengths = batch.get(keys.STEP_COUNT).reshape(-1)[done].float().tolist()
-    return returns, lengths
 
 
 def _payload(
@@ -767,7 +564,7 @@ class _LoopState:
 
     def record(self, batch: TensorDictBase, metrics: Mapping[str, float]) -> None:
         c = self.counters
-        returns, lengths = _episode_stats(batch)
+        returns, lengths = episode_stats(batch)
         self.recent_returns = (self.recent_returns + returns)[-20:]
         if c.batches % self.cfg.log_every == 0 or returns:
             row = {k: v for k, v in metrics.items() if "/member" not in k}

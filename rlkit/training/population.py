@@ -42,7 +42,7 @@ from torch import nn
 from torch.optim.adam import adam as adam_step
 
 from rlkit.modules import direct
-from rlkit.training.engine import Context, Learner
+from rlkit.training.learner import Context, Learner, episode_stats
 from rlkit.training.update import _group_terms, _validate
 
 __all__ = ["PopulationLearner", "PopulationPolicy", "member_key"]
@@ -361,10 +361,8 @@ class PopulationLearner(Learner):
     ) -> None:
         if not members:
             raise ValueError("a population needs at least one member")
-        from rlkit.algorithms.onpolicy import PolicyGradientLearner  # the update it vectorises
-
         for m in members:
-            if getattr(type(m), "update", None) is not PolicyGradientLearner.update:
+            if not (hasattr(m, "shared_update") and m.shared_update()):
                 raise ValueError(
                     f"--population trains learners whose update is a sequence of loss groups on "
                     f"one batch (ppo, a2c, daac); {m.algo} updates its own way: drop --population"
@@ -695,8 +693,6 @@ class PopulationReport:
 
     # -- during the run
     def record(self, log, frames: int, batch: TensorDictBase, metrics: Mapping[str, float]):
-        from rlkit.training.engine import _episode_stats
-
         if not (log.enabled and log.scalars):
             return
         n = self.learner.num_envs
@@ -705,7 +701,7 @@ class PopulationReport:
             row: dict[str, Any] = {"frames": frames, "member": i}
             suffix = f"/member{i}"
             row |= {k[: -len(suffix)]: v for k, v in metrics.items() if k.endswith(suffix)}
-            returns, _ = _episode_stats(batch[i * n : (i + 1) * n])
+            returns, _ = episode_stats(batch[i * n : (i + 1) * n])
             if returns:
                 row["episode_return"] = sum(returns) / len(returns)
             rows.append(row)

@@ -1,0 +1,223 @@
+"""What an algorithm gives the engine (:class:`Learner`) and what its update sees of the engine
+(:class:`Context`: device, ranks, progress, the optimiser step), with the run's
+:class:`Counters`. The engine (:mod:`rlkit.training.engine`) and the population
+(:mod:`rlkit.training.population`) both build on these; importable from the engine too."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+from torch import nn
+
+from rlkit import keys
+from rlkit.training.errors import NonFiniteError
+
+
+class Learner:
+    """What the engine needs from an algorithm.
+
+    A learner owns its networks (``modules``), optimisers and the update rule. The engine
+    owns everything else: collection, counters, evaluation, checkpoints and logs.
+    """
+
+    algo: str = "learner"
+    #: modules a warm start (``--init-from``) copies; default: all of them
+    warm_start_modules: tuple[str, ...] | None = None
+
+    def modules(self) -> dict[str, nn.Module]:
+        raise NotImplementedError
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        raise NotImplementedError
+
+    @property
+    def frames_per_batch(self) -> int:
+        raise NotImplementedError
+
+    def collect_policy(self) -> nn.Module:
+        """The policy the collector runs (samples actions, writes ``action_log_prob``)."""
+        raise NotImplementedError
+
+    def eval_policy(self) -> nn.Module:
+        """The policy evaluated deterministically (defaults to the collection policy)."""
+        return self.collect_policy()
+
+    def update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        """Extra learner state (schedules, counters) as tensors and plain containers."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        del state
+
+
+@dataclass
+class Counters:
+    frames: int = 0
+    batches: int = 0
+    updates: int = 0
+    train_seconds: float = 0.0
+    solved_frames: int | None = None
+    solved_seconds: float | None = None
+    last_eval_frames: int = 0
+    last_checkpoint_frames: int = 0
+    last_video_frames: int = 0
+    best_eval_return: float | None = None
+    #: a population's per-member progress (first frames each member reached the target)
+    population: dict[str, Any] = field(default_factory=dict)
+
+    def state_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        for k, v in state.items():
+            if k in self.__dict__:
+                setattr(self, k, v)
+
+
+@dataclass
+class Context:
+    """What an update sees of the engine: device, ranks, progress, and the optimiser step."""
+
+    fabric: Any
+    total_frames: int
+    counters: Counters
+    generator: torch.Generator = field(default_factory=torch.Generator)
+    _params: dict[int, list[torch.Tensor]] = field(default_factory=dict, repr=False)
+
+    @property
+    def device(self) -> torch.device:
+        return self.fabric.device
+
+    @property
+    def world_size(self) -> int:
+        return self.fabric.world_size
+
+    @property
+    def progress(self) -> float:
+        """Fraction of the frame budget done, in [0, 1]: the x of every schedule."""
+        return min(self.counters.frames / self.total_frames, 1.0)
+
+    def all_reduce_mean(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self.world_size == 1:
+            return tensor
+        return self.fabric.all_reduce(tensor, reduce_op="mean")
+
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Stack ``tensor`` from every rank along a new leading dim (none on one rank)."""
+        if self.world_size == 1:
+            return tensor
+        return self.fabric.all_gather(tensor)
+
+    def optimize(
+        self,
+        loss: torch.Tensor,
+        optimizer: torch.optim.Optimizer,
+        *,
+        max_grad_norm: float | None = None,
+        transform_grads: Callable[[], None] | None = None,
+    ) -> float:
+        """Backward of ``loss`` into ``optimizer``'s parameters, then :meth:`step_optimizer`.
+
+        Learners use :func:`rlkit.training.update.update_loop`; this is the one-loss form.
+        """
+        params = self._optimizer_params(optimizer)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward(inputs=params)
+        return self.step_optimizer(
+            optimizer,
+            max_grad_norm=max_grad_norm,
+            transform_grads=transform_grads,
+            loss=loss.detach(),
+        )
+
+    def _optimizer_params(self, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+        params = self._params.get(id(optimizer))
+        if params is None:
+            params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
+            self._params[id(optimizer)] = params
+        return params
+
+    def step_optimizer(
+        self,
+        optimizer: torch.optim.Optimizer,
+        *,
+        max_grad_norm: float | None = None,
+        transform_grads: Callable[[], None] | None = None,
+        loss: torch.Tensor | float | None = None,
+    ) -> float:
+        """All-reduce the gradients already in ``optimizer``'s parameters, clip, check, step.
+
+        ``transform_grads`` (optional) runs after the all-reduce and before clipping: it may
+        rewrite the parameters' ``.grad`` in place (SVPG's Stein update mixes the particles'
+        gradients there), and sees the same averaged gradients on every rank.
+        Returns the gradient norm before clipping. Raises :class:`NonFiniteError` when a
+        gradient is NaN or inf: the decision is taken on all-reduced gradients, so every rank
+        stops together (``loss``, when given, is quoted in the message).
+        """
+        params = self._optimizer_params(optimizer)
+        if self.world_size > 1:
+            self._all_reduce_grads(params)
+        if transform_grads is not None:
+            transform_grads()
+        norm = torch.nn.utils.clip_grad_norm_(
+            params, max_grad_norm if max_grad_norm else math.inf, foreach=True
+        )
+        norm_value = float(norm)
+        if not math.isfinite(norm_value):
+            shown = "?" if loss is None else f"{float(loss):.4g}"
+            raise NonFiniteError(
+                f"non-finite loss or gradient (loss {shown}, gradient norm "
+                f"{norm_value}) at {self.counters.frames:,} frames"
+            )
+        optimizer.step()
+        self.counters.updates += 1
+        return norm_value
+
+    def _all_reduce_grads(self, params: list[torch.Tensor]) -> None:
+        """Average gradients over ranks in one all-reduce of a flat buffer.
+
+        A parameter that no rank reached keeps ``grad = None``, so the optimiser skips it
+        exactly as it does on one rank (e.g. an auxiliary head outside its phase); one that
+        some rank reached gets the mean over ranks, a rank that did not reach it counting 0.
+        """
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        reached = torch.tensor(
+            [p.grad is not None for p in params], dtype=grads[0].dtype, device=grads[0].device
+        )
+        flat = torch.cat([*(g.reshape(-1) for g in grads), reached])
+        flat = self.fabric.all_reduce(flat, reduce_op="sum")
+        reached = flat[-len(params) :].tolist()
+        flat = flat[: -len(params)] / self.world_size
+        offset = 0
+        for p, g, used in zip(params, grads, reached):
+            n = g.numel()
+            if used == 0:
+                p.grad = None
+            elif p.grad is None:
+                p.grad = flat[offset : offset + n].view_as(p).clone()
+            else:
+                p.grad.copy_(flat[offset : offset + n].view_as(p))
+            offset += n
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def episode_stats(batch: TensorDictBase) -> tuple[list[float], list[float]]:
+    """Returns and lengths of the episodes that ended in ``batch`` (collector keys)."""
+    done = batch.get(keys.DONE).reshape(-1)
+    if not done.any():
+        return [], []
+    returns = batch.get(keys.EPISODE_RETURN).reshape(-1)[done].tolist()
+    lengths = []
+    if keys.STEP_COUNT in batch.keys(include_nested=True):
+        lengths = batch.get(keys.STEP_COUNT).reshape(-1)[done].float().tolist()
+    return returns, lengths
