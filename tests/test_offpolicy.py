@@ -263,6 +263,34 @@ def test_learning_starts_and_epsilon_schedules(dqn):
         assert learner.exploration_epsilon(100, batches) == pytest.approx(by_hand)
 
 
+def test_warmup_with_policy_acts_with_the_policys_exploration(dqn, sac):
+    """pyrado's use_trained_policy_for_refill: the warm-up frames use the policy's own
+    exploration (DQN: its epsilon schedule from the start; SAC: its stochastic policy) and
+    the updates still wait for --learning-starts transitions."""
+    base = SMALL_DQN | {"learning_starts": 40, "total_frames": 1000}
+    cfg = dqn.DQNConfig(
+        **base, epsilon_start=0.9, epsilon_end=0.1, exploration_fraction=0.5,
+        warmup_with_policy=True,
+    )  # fmt: skip
+    rig = Rig(dqn, cfg)
+    learner = rig.learner
+    assert learner.explore.epsilon == pytest.approx(0.9)  # not 1.0: the schedule's start
+    for frames in (0, 20, 39):
+        by_hand = 0.9 + (0.1 - 0.9) * min(1.0, frames / 1000 / 0.5)
+        assert learner.exploration_epsilon(frames, 1) == pytest.approx(by_hand)
+    steps = [rig.step()["gradient_steps"] for _ in range(3)]
+    rig.close()
+    assert steps == [0.0, 0.0, 4.0]  # updates still start at learning_starts
+    sac_cfg = sac.SACConfig(
+        env="Pendulum-v1", num_envs=1, steps_per_batch=8, batch_size=8, buffer_size=100,
+        learning_starts=50, warmup_with_policy=True,
+    )  # fmt: skip
+    sac_learner = Rig(sac, sac_cfg).learner
+    assert sac_learner.exploration_epsilon(0, 0) == 0.0  # the policy samples from frame 0
+    plain = sac.SACConfig(**{**sac_cfg.__dict__, "warmup_with_policy": False})
+    assert Rig(sac, plain).learner.exploration_epsilon(0, 0) == 1.0
+
+
 def test_no_update_before_learning_starts(dqn):
     rig = Rig(dqn, dqn.DQNConfig(**SMALL_DQN | {"learning_starts": 40}))
     steps = []

@@ -71,7 +71,9 @@ class DQNLearner(OffPolicyLearner):
         )
 
     def exploration_epsilon(self, frames: int, batches: int) -> float:
-        if frames < self.cfg.learning_starts:
+        """1 during the warm-up (with ``--warmup-with-policy``: the epsilon schedule from
+        the start, as after it), then the epsilon schedule."""
+        if frames < self.cfg.learning_starts and not self.cfg.warmup_with_policy:
             return 1.0
         return self.epsilon.value(progress=frames / self.cfg.total_frames, batches=batches)
 

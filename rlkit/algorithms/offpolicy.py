@@ -9,8 +9,9 @@ The loop the engine runs, per collected batch of ``num_envs x steps_per_batch`` 
             [standardise / scale its rewards] -> update_loop over the loss groups
             (every loss_* term optimised) -> target update
             [new priorities |TD error| for prioritized replay]
-    exploration: uniform random actions until learning_starts frames, then
-                 epsilon (linear or exponential decay) for DQN, the stochastic policy for SAC
+    exploration: uniform random actions until learning_starts frames (the policy's own
+                 exploration with --warmup-with-policy), then epsilon (linear or
+                 exponential decay) for DQN, the stochastic policy for SAC
 
 Buffers are TorchRL ``TensorDictReplayBuffer`` s (``LazyTensorStorage`` with
 ``RandomSampler`` or ``PrioritizedSampler``), one per rank, each filled by its own rank's
@@ -155,8 +156,11 @@ class OffPolicyLearner(Learner):
 
     # ---------------------------------------------------------------- to override
     def exploration_epsilon(self, frames: int, batches: int) -> float:
-        """Probability of a uniform random action after ``frames`` frames / ``batches``."""
-        return 1.0 if frames < self.cfg.learning_starts else 0.0
+        """Probability of a uniform random action after ``frames`` frames / ``batches``:
+        1 during the warm-up (0, the policy's own exploration, with ``--warmup-with-policy``),
+        then 0."""
+        warmup = frames < self.cfg.learning_starts and not self.cfg.warmup_with_policy
+        return 1.0 if warmup else 0.0
 
     def train_step(self, sample: TensorDictBase, ctx: Context) -> dict[str, Any]:
         raise NotImplementedError

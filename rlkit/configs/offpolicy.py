@@ -46,6 +46,14 @@ class OffPolicyConfig(TrainConfig):
             "the buffer holds this many transitions"
         ),
     )
+    warmup_with_policy: bool = field(
+        default=False,
+        metadata=_help(
+            "fill the buffer's first --learning-starts frames with the policy's own "
+            "exploration instead of uniform random actions (pyrado's "
+            "use_trained_policy_for_refill: after --init-from, warm up with the trained policy)"
+        ),
+    )
     prioritized: bool = field(default=False, metadata=_help("prioritized experience replay"))
     priority_alpha: float = field(default=0.6, metadata=_help("PER priority exponent alpha"))
     priority_beta: float = field(
