@@ -467,3 +467,31 @@ def test_svpg_learns_cartpole(recipe, tmp_path):
     )
     assert summary["solved"], summary["eval_return_mean"]
     assert summary["eval_return_mean"] >= 450
+
+
+def test_per_particle_returns_and_load_particle(recipe, tmp_path):
+    """eval.csv carries each particle's mean return (episode e of E ran particle
+    e // (E / P)), and load_particle(checkpoint, p) gives particle p as a stand-alone actor
+    whose evaluation reproduces that particle's column exactly."""
+    import csv
+
+    from rlkit.algorithms.svpg import load_particle
+    from rlkit.training.evaluation import Evaluator
+
+    recipe.main(
+        ["--total-frames", "1280", "--eval-every", "0", "--eval-episodes", "8",
+         "--progress", "false", "--run-dir", str(tmp_path)]
+    )  # fmt: skip
+    with (tmp_path / "eval.csv").open() as f:
+        final = list(csv.DictReader(f))[-1]
+    columns = [float(final[f"return_particle{p}"]) for p in range(4)]
+    assert sum(columns) / 4 == pytest.approx(float(final["return_mean"]))
+    checkpoint = tmp_path / "checkpoints" / "last.pt"
+    evaluator = Evaluator("CartPole-v1", episodes=8)
+    returns = evaluator.returns(load_particle(checkpoint, 2))
+    assert float(returns[4:6].mean()) == pytest.approx(columns[2])  # its own two episodes
+    actor = load_particle(checkpoint, 0)
+    assert type(actor).__name__ == "ProbabilisticActor"
+    assert not any("Router" in type(m).__name__ for m in actor.modules())
+    with pytest.raises(IndexError, match="0 to 3"):
+        load_particle(checkpoint, 4)

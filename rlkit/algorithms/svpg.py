@@ -7,6 +7,7 @@ in the torch-free :mod:`rlkit.configs.svpg` and are imported here under their ol
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,6 +22,7 @@ from rlkit.modules.particles import (
     ParticlePolicy,
     build_particles,
     particle_index,
+    particle_member,
     stacked_networks,
 )
 from rlkit.objectives.a2c import A2CLoss
@@ -134,6 +136,20 @@ class SVPGLearner(Learner):
         """All particles: evaluation episode ``e`` of ``E`` runs particle ``e // (E / P)``,
         so with ``P`` dividing ``E`` the mean return is the mean over particles."""
         return self.policy
+
+    def evaluation_details(self, returns: Tensor) -> dict[str, float]:
+        """Each particle's mean evaluation return, ``return_particle<p>``: episode ``e`` of
+        ``E`` ran particle ``e // (E / P)`` (pyrado reports per-particle returns)."""
+        owner = particle_index(returns.numel(), self.num_particles)
+        return {
+            f"return_particle{p}": float(returns[owner == p].mean())
+            for p in range(self.num_particles)
+            if bool((owner == p).any())
+        }
+
+    def particle_actor(self, index: int) -> nn.Module:
+        """Particle ``index``'s actor as a stand-alone ``ProbabilisticActor`` (a copy)."""
+        return particle_member(self.actor, index)
 
     # ---------------------------------------------------------------- the Stein transform
     def clip_per_particle(self) -> Tensor:
@@ -265,6 +281,29 @@ def train(cfg: SVPGConfig) -> dict:
     """Train SVPG under a parsed ``cfg`` (what ``recipes/svpg.py`` runs after its
     flags); returns the run summary."""
     return run(cfg, build, algo="svpg")
+
+
+def load_particle(checkpoint: str | Path, index: int) -> nn.Module:
+    """Particle ``index`` of the SVPG run saved in ``checkpoint``, as a stand-alone actor
+    (pyrado's ``SVPG.load_particle``): the run's networks are rebuilt from the settings
+    stored in the checkpoint, loaded, and the particle's actor copied out. Evaluate it with
+    :class:`rlkit.training.evaluation.Evaluator` or collect with it like any actor."""
+    from rlkit.envs import make_env
+    from rlkit.training import checkpoint as ckpt
+    from rlkit.training.config import _stored_config
+
+    path = Path(checkpoint)
+    payload = ckpt.load(path)
+    ckpt.check_compatible(payload, algo="svpg", path=path)
+    cfg = SVPGConfig(**_stored_config(path, SVPGConfig))
+    env = make_env(cfg.env, num_envs=cfg.num_envs)
+    try:
+        learner = build(cfg, env)
+    finally:
+        env.close()
+    for name, module in learner.modules().items():
+        ckpt.load_module_state(module, payload["modules"][name], name=name, path=path)
+    return learner.particle_actor(index)
 
 
 def main(argv: list[str] | None = None) -> dict:

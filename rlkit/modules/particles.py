@@ -39,6 +39,7 @@ __all__ = [
     "build_particles",
     "particle_ensemble",
     "particle_index",
+    "particle_member",
     "stacked_networks",
 ]
 
@@ -120,6 +121,19 @@ class StackedNetworks(nn.Module):
             )
         params = dict(zip(self.names, self.stacked))
         return torch.vmap(self._call)(params, x)
+
+    def member(self, index: int) -> nn.Module:
+        """Particle ``index``'s network as a stand-alone module of the architecture (a copy
+        of its parameters)."""
+        if not 0 <= index < self.num_particles:
+            raise IndexError(
+                f"particle {index} does not exist: this ensemble has {self.num_particles} "
+                f"(0 to {self.num_particles - 1})"
+            )
+        net = copy.deepcopy(self._base[0]).to_empty(device=self.stacked[0].device)
+        state = {n: t[index].detach().clone() for n, t in zip(self.names, self.stacked)}
+        net.load_state_dict(state)
+        return net
 
     def flat_parameters(self) -> Tensor:
         """``[P, D]``: each particle's parameters flattened in ``self.names`` order."""
@@ -204,6 +218,20 @@ def particle_ensemble(members: Sequence[nn.Module]) -> nn.Module:
     ensemble = copy.deepcopy(members[0])
     _network_slot(ensemble).module = ParticleRouter(StackedNetworks(nets))
     return ensemble
+
+
+def particle_member(ensemble: nn.Module, index: int) -> nn.Module:
+    """Particle ``index`` of an ensemble built by :func:`particle_ensemble`, as a module of
+    the members' kind (a ``ProbabilisticActor`` for an actor ensemble): a copy of the
+    ensemble whose network is that particle's own, usable on its own (collectors,
+    evaluation, ``--init-from`` of a one-actor recipe with the same architecture)."""
+    member = copy.deepcopy(ensemble)
+    slot = _network_slot(member)
+    router = slot.module
+    if not isinstance(router, ParticleRouter):
+        raise TypeError(f"{type(ensemble).__name__} is not a particle ensemble")
+    slot.module = router.networks.member(index)
+    return member
 
 
 def stacked_networks(module: nn.Module) -> StackedNetworks:

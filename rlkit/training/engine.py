@@ -549,6 +549,8 @@ class _LoopState:
         self.start_frames = counters.frames
         self.start_seconds = counters.train_seconds
         self.wall_start = time.perf_counter()
+        #: the learner's breakdown of the last evaluation (``evaluation_details``), if any
+        self.eval_details: dict[str, float] = {}
         #: a population's report (per-member rows, population.json), or None
         self.population = None
         self.members = getattr(learner, "size", 1)
@@ -597,7 +599,14 @@ class _LoopState:
             self.counters.population = self.population.state_dict()
             result = torch.tensor([mean, std], dtype=torch.float64)
         elif self.is_zero:
-            mean, std = self.evaluator(self.learner.eval_policy())
+            details = getattr(self.learner, "evaluation_details", None)
+            if details is None:
+                mean, std = self.evaluator(self.learner.eval_policy())
+            else:  # e.g. SVPG's per-particle returns, written to eval.csv
+                returns = self.evaluator.returns(self.learner.eval_policy())
+                mean = float(returns.mean())
+                std = float(returns.std(unbiased=False)) if returns.numel() > 1 else 0.0
+                self.eval_details = details(returns)
             result = torch.tensor([mean, std], dtype=torch.float64)
         if self.fabric.world_size > 1:
             result = self.fabric.broadcast(result, src=0)
@@ -605,7 +614,7 @@ class _LoopState:
         self.last_eval = (mean, std)
         c = self.counters
         c.last_eval_frames = c.frames
-        self.log.log_eval(c.frames, c.train_seconds, mean, std)
+        self.log.log_eval(c.frames, c.train_seconds, mean, std, extra=self.eval_details)
         target = self.cfg.target_return
         reached = (
             self.population.all_solved()

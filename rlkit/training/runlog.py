@@ -297,11 +297,19 @@ class RunLog:
         if self.tb is not None:
             self.tb.log_metrics({k: v for k, v in row.items() if k != "frames"}, step=frames)
 
-    def log_eval(self, frames: int, train_seconds: float, mean: float, std: float) -> None:
+    def log_eval(
+        self,
+        frames: int,
+        train_seconds: float,
+        mean: float,
+        std: float,
+        *,
+        extra: Mapping[str, float] | None = None,
+    ) -> None:
         if not self.enabled:
             return
         row = {"frames": frames, "train_seconds": round(train_seconds, 3)}
-        row |= {"return_mean": mean, "return_std": std}
+        row |= {"return_mean": mean, "return_std": std} | dict(extra or {})
         self.evals.write(row)
         if self.tb is not None:
             self.tb.log_metrics({"eval/return_mean": mean, "eval/return_std": std}, step=frames)
