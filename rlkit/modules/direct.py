@@ -173,7 +173,10 @@ class _ActorPlan:
         )
 
     def dist(self, td: TensorDictBase) -> Distribution:
-        out = self.params.outputs(td)
+        return self.dist_from(self.params.outputs(td))
+
+    def dist_from(self, out: Mapping[str, Tensor]) -> Distribution:
+        """The distribution of the network outputs ``out`` (by the wrapper's out_keys)."""
         kwargs = {d: out[k] for d, k in zip(self.dist_keys, self.param_keys)}
         return self.dist_class(**kwargs, **self.dist_kwargs)
 
@@ -271,8 +274,7 @@ def actor_sample(actor: nn.Module, td: TensorDictBase) -> dict[str, Tensor] | No
         out = plan.params.outputs(td)
     except PlanMismatch:
         return None
-    kwargs = {d: out[k] for d, k in zip(plan.dist_keys, plan.param_keys)}
-    dist = plan.dist_class(**kwargs, **plan.dist_kwargs)
+    dist = plan.dist_from(out)
     if isinstance(dist, CompositeDistribution):
         return None
     sample, log_prob = sample_and_log_prob(dist, torch.Size(), reparameterize=dist.has_rsample)

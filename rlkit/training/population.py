@@ -72,12 +72,10 @@ class PopulationPolicy(nn.Module):
     """The collection policy of a population: member ``i``'s actor on rows ``[i N, (i+1) N)``,
     sampling from the member's own random stream."""
 
-    def __init__(self, actors: Sequence[nn.Module], rngs: Sequence[_MemberRNG], rows: int):
+    def __init__(self, actors: Sequence[nn.Module], rngs: Sequence[_MemberRNG]):
         super().__init__()
         self.actors = nn.ModuleList(actors)
         self.rngs = list(rngs)
-        self.rows = rows
-        self.active = [True] * len(actors)
         self.in_keys = list(actors[0].in_keys)
         self.out_keys = list(actors[0].out_keys)
 
@@ -380,7 +378,7 @@ class PopulationLearner(Learner):
         self.rngs = [_MemberRNG(s.clone()) for s in rng_states]
         self.generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
         self.stopped: dict[int, str] = {}
-        self._policy = PopulationPolicy([m.collect_policy() for m in members], self.rngs, num_envs)
+        self._policy = PopulationPolicy([m.collect_policy() for m in members], self.rngs)
         self._groups: dict[tuple, _VmapGroup] = {}
         # each member loss's parameters and buffers by name, the live tensors (read once per
         # loss: optimisers and checkpoint loads update them in place)
@@ -585,7 +583,6 @@ class PopulationLearner(Learner):
                     f"non-finite loss or gradient (loss {float(totals[i].detach()):.4g}, "
                     f"gradient norm {value}) at {ctx.counters.frames:,} frames"
                 )
-                self._policy.active[i] = False
                 groups[i].optimizer.zero_grad(set_to_none=True)
                 continue
             max_norm = groups[i].max_grad_norm
