@@ -275,3 +275,28 @@ def test_adv_mode_flag_reaches_vtrace(recipe):
     with pytest.raises(SystemExit) as exit_info:
         module.main(["--adv-mode", "rllib"])
     assert exit_info.value.code == 2
+
+
+@pytest.mark.parametrize("env_id", ["Pendulum-v1", "CartPole-v1"])
+def test_an_actor_built_on_the_learners_envs_acts_in_a_workers_share(env_id):
+    """Worker processes split --num-envs: an actor built on the learner's 4 envs (its spec
+    batched [4, ...]) acts in a worker's 2. This crashed every continuous recipe with
+    --workers 2 (APPO's Pendulum preset) as a spec mismatch; a real mismatch still fails."""
+    from rlkit.modules import ActionSpecMismatchError, check_env_compat
+
+    learner_env, worker_env = make_env(env_id, num_envs=4), make_env(env_id, num_envs=2)
+    actor = make_actor(learner_env.observation_spec, learner_env.action_spec)
+    check_env_compat(actor, worker_env)  # no error
+    other = make_env("MountainCarContinuous-v0" if env_id == "Pendulum-v1" else "Acrobot-v1", num_envs=4)
+    wrong = make_actor(learner_env.observation_spec, other.action_spec)
+    with pytest.raises(ActionSpecMismatchError):
+        check_env_compat(wrong, worker_env)
+    for env in (learner_env, worker_env, other):
+        env.close()
+
+
+def test_appo_with_two_workers_trains_on_continuous_actions(tmp_path):
+    appo = load_recipe("appo")
+    args = [*TINY, *QUIET, "--env", "Pendulum-v1", "--workers", "2", "--eval-every", "0"]
+    summary = appo.main([*args, "--total-frames", "256", "--run-dir", str(tmp_path / "run")])
+    assert summary["frames"] == 256

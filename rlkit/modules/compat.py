@@ -190,12 +190,21 @@ def _compare(who: str, actor: _Side, env: _Side) -> None:
 
 def _describe_actor_spec(spec: TensorSpec, batch: tuple[int, ...]) -> _Side:
     """An actor's attached spec may carry the env's batch dims (``make_actor(env.obs_spec,
-    env.action_spec)`` attaches the env's leaf) or not (``categorical_actor(4, 2)``)."""
+    env.action_spec)`` attaches the env's leaf), another env's batch dims (built on the
+    learner's env, acting in a worker's) or none (``categorical_actor(4, 2)``)."""
     if batch and tuple(spec.shape[: len(batch)]) == batch:
         side = _describe_spec(spec, batch)
         if side.kind != "other":
             return side
-    return _describe_spec(spec, ())
+    side = _describe_spec(spec, ())
+    lead = spec.ndim - (0 if type(spec) is Categorical else 1)
+    if side.kind == "other" and lead > 0:
+        # batched for another number of envs: worker processes split the learner's envs,
+        # so an actor built on the learner's env ([8, 1]) acts in a worker's ([4, 1])
+        other = _describe_spec(spec, tuple(spec.shape[:lead]))
+        if other.kind != "other":
+            return other
+    return side
 
 
 def _static_side(
