@@ -21,6 +21,19 @@ whose deterministic evaluation an untrained policy sometimes passes):
 
     .venv/bin/python benchmarks/bench_learning.py rnd MountainCar-v0 -160 1000000 \
         --eval-every 25000 --jobs 1 --full-budget
+
+Every result also gives the final returns' median, interquartile mean (IQM) and its 95%
+percentile-bootstrap interval over seeds (Agarwal et al. 2021), and ``<stem>.png``: each seed's
+evaluation curve, their IQM, the threshold and any ``--anchor`` (a published figure), plus the
+policy entropy over training where the recipe logs one. For field benchmarks (MuJoCo at 1M
+frames) the final return is the point, so train the whole budget:
+
+    .venv/bin/python benchmarks/bench_learning.py ppo Hopper-v5 2382.9 1000000 --full-budget \
+        --eval-every 100000 --anchor "CleanRL PPO (v4, 3 seeds)=2382.9"
+
+``--from-runs DIR [DIR ...]`` reads run directories trained elsewhere (``summary.json``,
+``eval.csv``, ``metrics.csv``: e.g. long runs queued by hand) instead of training, and writes
+the same report.
 """
 
 from __future__ import annotations
@@ -28,6 +41,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import statistics
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -46,6 +60,8 @@ from common import (  # noqa: E402
     run_measured,
     write_results,
 )
+
+from rlkit.training.stats import bootstrap_ci, iqm  # noqa: E402 (torch-free)
 
 
 def run_seed(args: argparse.Namespace, seed: int, root: Path) -> dict:
@@ -77,37 +93,146 @@ def run_seed(args: argparse.Namespace, seed: int, root: Path) -> dict:
         "wall_seconds": result.wall_seconds,
         "peak_rss_mb": result.peak_rss_mb,
     }
-    summary_file = run_dir / "summary.json"
-    if summary_file.is_file():
-        summary = json.loads(summary_file.read_text())
-        row |= {
-            k: summary[k]
-            for k in (
-                "frames",
-                "train_seconds",
-                "fps",
-                "solved",
-                "solved_frames",
-                "solved_seconds",
-                "eval_return_mean",
-            )
-        }
-        row["eval_deterministic"] = summary["config"].get("eval_deterministic", True)
-        row["eval_env"] = summary["config"].get("eval_env") or args.env
-        with (run_dir / "eval.csv").open() as f:
-            row["curve"] = [(int(r["frames"]), float(r["return_mean"])) for r in csv.DictReader(f)]
-        row["best_eval"] = max((m for _, m in row["curve"]), default=None)
-        if args.full_budget:
-            row |= _full_budget_stats(run_dir, row["curve"], args.threshold, row["frames"])
-    else:
+    if not (run_dir / "summary.json").is_file():
         row |= {"solved": False, "error": result.error_tail()}
+    return _report_seed(row | read_run(run_dir, args))
+
+
+def read_run(run_dir: Path, args: argparse.Namespace) -> dict:
+    """What one finished run directory says: its summary's figures, the evaluation curve and
+    the policy entropy over training (every ~2% of the frames); {} without a summary."""
+    summary_file = run_dir / "summary.json"
+    if not summary_file.is_file():
+        return {}
+    summary = json.loads(summary_file.read_text())
+    row = {"seed": summary["config"].get("seed")}
+    row |= {
+        k: summary[k]
+        for k in (
+            "frames",
+            "train_seconds",
+            "fps",
+            "solved",
+            "solved_frames",
+            "solved_seconds",
+            "eval_return_mean",
+        )
+    }
+    row["eval_deterministic"] = summary["config"].get("eval_deterministic", True)
+    row["eval_env"] = summary["config"].get("eval_env") or args.env
+    with (run_dir / "eval.csv").open() as f:
+        row["curve"] = [(int(r["frames"]), float(r["return_mean"])) for r in csv.DictReader(f)]
+    row["best_eval"] = max((m for _, m in row["curve"]), default=None)
+    row["entropy_curve"] = _entropy_curve(run_dir / "metrics.csv", row["frames"])
+    if args.full_budget:
+        row |= _full_budget_stats(run_dir, row["curve"], args.threshold, row["frames"])
+    return row
+
+
+def _report_seed(row: dict) -> dict:
     status = "solved" if row.get("solved") else "not solved"
     print(
-        f"seed {seed}: {status} frames={row.get('solved_frames')} "
-        f"best={row.get('best_eval')} train_s={row.get('train_seconds')}",
+        f"seed {row.get('seed')}: {status} frames={row.get('solved_frames')} "
+        f"best={row.get('best_eval')} final={row.get('eval_return_mean')} "
+        f"train_s={row.get('train_seconds')}",
         flush=True,
     )
     return row
+
+
+def _entropy_curve(metrics: Path, frames: int, points: int = 50) -> list[tuple[int, float]]:
+    """``(frames, entropy)`` about every ``frames / points`` frames from ``metrics.csv``."""
+    if not metrics.is_file():
+        return []
+    out: list[tuple[int, float]] = []
+    with metrics.open() as f:
+        for r in csv.DictReader(f):
+            if not r.get("entropy"):
+                continue
+            step = int(r["frames"])
+            if not out or step - out[-1][0] >= frames / points:
+                out.append((step, float(r["entropy"])))
+    return out
+
+
+def final_stats(rows: list[dict]) -> dict:
+    """Median, IQM and the IQM's 95% bootstrap interval of the runs' final evaluations."""
+    finals = [r["eval_return_mean"] for r in rows if r.get("eval_return_mean") is not None]
+    if not finals:
+        return {}
+    low, high = bootstrap_ci(finals)
+    return {
+        "final_returns": finals,
+        "final_median": statistics.median(finals),
+        "final_iqm": iqm(finals),
+        "final_iqm_ci95": [low, high],
+    }
+
+
+def plot_curves(rows: list[dict], path: Path, *, title: str, threshold, anchors) -> Path | None:
+    """Each seed's evaluation curve (thin), their IQM at each evaluation (a run that stopped
+    at the threshold holds its last value), the threshold and the anchors; a second panel
+    with the policy entropy over training when the runs logged it."""
+    curves = [r["curve"] for r in rows if r.get("curve")]
+    if not curves:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    entropy = [r["entropy_curve"] for r in rows if r.get("entropy_curve")]
+    panels = 2 if entropy else 1
+    fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 4), dpi=100, squeeze=False)
+    ax = axes[0][0]
+    for row in rows:
+        if row.get("curve"):
+            xs, ys = zip(*row["curve"], strict=True)
+            ax.plot(xs, ys, lw=0.8, alpha=0.5, label=f"seed {row['seed']}")
+    grid = sorted({x for c in curves for x, _ in c})
+    mid = [iqm([_held(c, x) for c in curves]) for x in grid]
+    ax.plot(grid, mid, color="black", lw=2, label=f"IQM ({len(curves)} seeds)")
+    ax.axhline(threshold, color="grey", ls=":", lw=1, label=f"threshold {threshold:g}")
+    for (label, value), style in zip(anchors, ("--", "-.", (0, (5, 1)), (0, (1, 1))), strict=False):
+        ax.axhline(value, color="tab:red", ls=style, lw=1, label=f"{label}: {value:g}")
+    ax.set(xlabel="environment frames", ylabel="evaluation return", title=title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6, loc="best")
+    if entropy:
+        ax2 = axes[0][1]
+        for row in rows:
+            if row.get("entropy_curve"):
+                xs, ys = zip(*row["entropy_curve"], strict=True)
+                ax2.plot(xs, ys, lw=0.8, label=f"seed {row['seed']}")
+        ax2.set(xlabel="environment frames", ylabel="policy entropy", title="entropy")
+        ax2.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def _held(curve: list[tuple[int, float]], x: int) -> float:
+    """The curve's value at frame ``x``: its last evaluation at or before ``x`` (its first
+    when ``x`` precedes it)."""
+    value = curve[0][1]
+    for frames, ret in curve:
+        if frames > x:
+            break
+        value = ret
+    return value
+
+
+def _anchor(text: str) -> tuple[str, float]:
+    label, sep, value = text.rpartition("=")
+    try:
+        if not sep or not label:
+            raise ValueError
+        return label.strip(), float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--anchor takes LABEL=VALUE (e.g. 'CleanRL PPO=1442.6'), got {text!r}"
+        ) from None
 
 
 def _full_budget_stats(run_dir: Path, curve, threshold: float, frames: int) -> dict:
@@ -151,14 +276,36 @@ def main() -> None:
         action="store_true",
         help="train every seed for the whole budget (no early stop at the threshold)",
     )
+    p.add_argument(
+        "--anchor",
+        type=_anchor,
+        action="append",
+        default=[],
+        help="a published figure to show next to the results, LABEL=VALUE (repeatable)",
+    )
+    p.add_argument(
+        "--from-runs",
+        nargs="+",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="report these finished run directories instead of training (seeds from them)",
+    )
     # flags this script does not know (after "--" or anywhere) go to the recipe
     args, extra = p.parse_known_args()
     args.extra = [a for a in extra if a != "--"]
-    with (
-        tempfile.TemporaryDirectory(prefix="rlkit-bench-") as tmp,
-        ThreadPoolExecutor(args.jobs) as pool,
-    ):
-        rows = list(pool.map(lambda s: run_seed(args, s, Path(tmp)), args.seeds))
+    if args.from_runs:
+        missing = [str(d) for d in args.from_runs if not (d / "summary.json").is_file()]
+        if missing:
+            p.error(f"--from-runs: no summary.json in {', '.join(missing)} (unfinished runs?)")
+        rows = [_report_seed(read_run(d, args)) for d in args.from_runs]
+        args.seeds = [r["seed"] for r in rows]
+    else:
+        with (
+            tempfile.TemporaryDirectory(prefix="rlkit-bench-") as tmp,
+            ThreadPoolExecutor(args.jobs) as pool,
+        ):
+            rows = list(pool.map(lambda s: run_seed(args, s, Path(tmp)), args.seeds))
     solved = sum(bool(r.get("solved")) for r in rows)
     required = args.required if args.required is not None else len(args.seeds)
     payload = {
@@ -174,6 +321,9 @@ def main() -> None:
         "full_budget": args.full_budget,
         "median_solved_frames": median_or_none(r.get("solved_frames") for r in rows),
         "median_solved_seconds": median_or_none(r.get("solved_seconds") for r in rows),
+        **final_stats(rows),
+        "anchors": dict(args.anchor),
+        "from_runs": [str(d) for d in args.from_runs] if args.from_runs else None,
         "runs": rows,
         "command": command_line(),
         "commit": git_commit(),
@@ -203,12 +353,40 @@ def main() -> None:
         f"# {args.algo} on {args.env}: threshold {args.threshold:g} "
         f"within {args.budget:,} frames\n\n"
         f"Solved {solved}/{len(rows)} seeds (bar: {required}).{evaluation} Command: "
-        f"`{command_line()}`; commit `{payload['commit']['commit'][:10]}`.\n\n{table}\n"
+        f"`{command_line()}`; commit `{payload['commit']['commit'][:10]}`.\n\n"
+        f"{_summary_lines(payload)}{table}\n"
     )
     env_name = args.env.replace("/", "-")  # namespaced ids such as rlkit/MountainCarSparse-v0
-    stem = args.out or REPO_ROOT / "benchmarks" / "results" / f"learning_{args.algo}_{env_name}"
-    for path in write_results(stem, payload, md):
+    stem = Path(
+        args.out or REPO_ROOT / "benchmarks" / "results" / f"learning_{args.algo}_{env_name}"
+    )
+    title = f"{args.algo} on {args.env}"
+    plot = plot_curves(
+        rows, stem.with_suffix(".png"), title=title, threshold=args.threshold, anchors=args.anchor
+    )
+    if plot is not None:
+        md += f"\n![{title}]({plot.name})\n"
+    for path in [*write_results(stem, payload, md), *([plot] if plot else [])]:
         print(f"wrote {path}")
+
+
+def _summary_lines(payload: dict) -> str:
+    """The final returns' median and IQM with its interval, and the anchors, as Markdown."""
+    if "final_iqm" not in payload:
+        return ""
+    low, high = payload["final_iqm_ci95"]
+    finals = ", ".join(f"{v:.1f}" for v in payload["final_returns"])
+    text = (
+        f"Final evaluation: median {payload['final_median']:.1f}, IQM {payload['final_iqm']:.1f} "
+        f"(95% bootstrap CI {low:.1f} to {high:.1f}) over {len(payload['final_returns'])} "
+        f"runs ({finals}).\n\n"
+    )
+    if payload["anchors"]:
+        text += "Published anchors: " + "; ".join(
+            f"{label} {value:g}" for label, value in payload["anchors"].items()
+        )
+        text += ".\n\n"
+    return text
 
 
 if __name__ == "__main__":
