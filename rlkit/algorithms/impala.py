@@ -86,6 +86,7 @@ def build(cfg: IMPALAConfig, env) -> IMPALALearner:
         entropy_coef=cfg.entropy_coef,
         value_coef=cfg.value_coef,
         reduction=cfg.reduction,
+        normalize_advantage=cfg.normalize_advantage,
     )
     return IMPALALearner(actor=actor, critic=critic, loss=loss, cfg=cfg, obs_norm=obs_norm)
 

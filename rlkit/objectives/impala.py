@@ -22,7 +22,7 @@ from rlkit.objectives.common import (
     per_sample_log_prob,
     require_keys,
 )
-from rlkit.objectives.functional import explained_variance
+from rlkit.objectives.functional import explained_variance, standardize
 from rlkit.value import functional as VF
 
 __all__ = ["IMPALALoss", "check_vtrace_args"]
@@ -94,6 +94,10 @@ class IMPALALoss(ActorCriticLoss):
         entropy_coef: :math:`c_H \ge 0` (the paper: 0.0005 to 0.01).
         value_coef: :math:`c_v \ge 0`, applied to the 1/2-squared error; default 0.5.
         reduction: ``"mean"`` (default) or ``"sum"``.
+        normalize_advantage: standardise :math:`A_s` over the minibatch before the policy
+            term (default ``False``, the paper's loss; continuous control needs it: the
+            advantages of an unnormalised return are tens of units and swamp the gradient).
+            ``advantage_mean`` stays the raw V-trace advantage's mean.
 
     Reference: Espeholt et al. 2018, "IMPALA", eq. (1) and section 4.2;
     ``deepmind/scalable_agent`` ``vtrace.py`` and ``experiment.py``.
@@ -130,12 +134,14 @@ class IMPALALoss(ActorCriticLoss):
         value_coef: float = 0.5,
         reduction: str = "mean",
         entropy_samples: int = 1,
+        normalize_advantage: bool = False,
     ) -> None:
         super().__init__(
             actor,
             critic,
             entropy_coef=entropy_coef,
             value_coef=value_coef,
+            normalize_advantage=normalize_advantage,
             entropy_samples=entropy_samples,
         )
         check_vtrace_args(
@@ -238,8 +244,11 @@ class IMPALALoss(ActorCriticLoss):
         dist, log_prob = self._scores(tensordict)
         value, _ = self._values(tensordict)
         vt = self.vtrace(tensordict, log_prob=log_prob, value=value)
+        advantage = vt["advantage"]
+        if self.normalize_advantage:
+            advantage = standardize(advantage)
         out = {
-            LOSS_POLICY: -self._reduce(vt["advantage"] * log_prob),
+            LOSS_POLICY: -self._reduce(advantage * log_prob),
             LOSS_VALUE: self.value_coef * self._reduce(0.5 * (value - vt["value_target"]) ** 2),
         }
         entropy = self._entropy(dist)
