@@ -98,6 +98,28 @@ def run_seed(args: argparse.Namespace, seed: int, root: Path) -> dict:
     return _report_seed(row | read_run(run_dir, args))
 
 
+def run_peer(args: argparse.Namespace, seed: int) -> dict:
+    """SB3 with rl-zoo3's settings on the same task, budget and seed
+    (``benchmarks/peers/sb3_final.py``): its final return and curve."""
+    command = [
+        args.sb3_python,
+        str(REPO_ROOT / "benchmarks" / "peers" / "sb3_final.py"),
+        args.algo,
+        args.env,
+        str(args.budget),
+        str(seed),
+        str(args.eval_every),
+    ]
+    result = run_measured(command, cwd=REPO_ROOT, timeout_s=args.timeout)
+    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("{")]
+    if not result.ok or not lines:
+        print(f"sb3 seed {seed}: failed", flush=True)
+        return {"seed": seed, "ok": False, "error": result.error_tail()}
+    row = json.loads(lines[-1]) | {"ok": True, "wall_seconds": result.wall_seconds}
+    print(f"sb3 seed {seed}: final={row['final_return']:.1f}", flush=True)
+    return row
+
+
 def read_run(run_dir: Path, args: argparse.Namespace) -> dict:
     """What one finished run directory says: its summary's figures, the evaluation curve and
     the policy entropy over training (every ~2% of the frames); {} without a summary."""
@@ -284,6 +306,13 @@ def main() -> None:
         help="a published figure to show next to the results, LABEL=VALUE (repeatable)",
     )
     p.add_argument(
+        "--sb3-python",
+        default=None,
+        metavar="PY",
+        help="also run SB3 (rl-zoo3 settings, benchmarks/peers/sb3_final.py) with this python "
+        "for the same seeds and budget, interleaved, and compare final returns",
+    )
+    p.add_argument(
         "--from-runs",
         nargs="+",
         type=Path,
@@ -294,6 +323,7 @@ def main() -> None:
     # flags this script does not know (after "--" or anywhere) go to the recipe
     args, extra = p.parse_known_args()
     args.extra = [a for a in extra if a != "--"]
+    peer_rows: list[dict] = []
     if args.from_runs:
         missing = [str(d) for d in args.from_runs if not (d / "summary.json").is_file()]
         if missing:
@@ -301,11 +331,24 @@ def main() -> None:
         rows = [_report_seed(read_run(d, args)) for d in args.from_runs]
         args.seeds = [r["seed"] for r in rows]
     else:
+        sides = ["rlkit", "sb3"] if args.sb3_python else ["rlkit"]
+        jobs = [(side, seed) for seed in args.seeds for side in sides]  # interleaved
         with (
             tempfile.TemporaryDirectory(prefix="rlkit-bench-") as tmp,
             ThreadPoolExecutor(args.jobs) as pool,
         ):
-            rows = list(pool.map(lambda s: run_seed(args, s, Path(tmp)), args.seeds))
+            done = list(
+                pool.map(
+                    lambda job: (
+                        run_seed(args, job[1], Path(tmp))
+                        if job[0] == "rlkit"
+                        else run_peer(args, job[1])
+                    ),
+                    jobs,
+                )
+            )
+        rows = [r for (side, _), r in zip(jobs, done, strict=True) if side == "rlkit"]
+        peer_rows = [r for (side, _), r in zip(jobs, done, strict=True) if side == "sb3"]
     solved = sum(bool(r.get("solved")) for r in rows)
     required = args.required if args.required is not None else len(args.seeds)
     payload = {
@@ -325,6 +368,7 @@ def main() -> None:
         "anchors": dict(args.anchor),
         "from_runs": [str(d) for d in args.from_runs] if args.from_runs else None,
         "runs": rows,
+        "sb3": _peer_payload(peer_rows) if peer_rows else None,
         "command": command_line(),
         "commit": git_commit(),
         "host": host_info(),
@@ -354,7 +398,7 @@ def main() -> None:
         f"within {args.budget:,} frames\n\n"
         f"Solved {solved}/{len(rows)} seeds (bar: {required}).{evaluation} Command: "
         f"`{command_line()}`; commit `{payload['commit']['commit'][:10]}`.\n\n"
-        f"{_summary_lines(payload)}{table}\n"
+        f"{_summary_lines(payload)}{table}\n{_peer_lines(payload)}"
     )
     env_name = args.env.replace("/", "-")  # namespaced ids such as rlkit/MountainCarSparse-v0
     stem = Path(
@@ -368,6 +412,32 @@ def main() -> None:
         md += f"\n![{title}]({plot.name})\n"
     for path in [*write_results(stem, payload, md), *([plot] if plot else [])]:
         print(f"wrote {path}")
+
+
+def _peer_payload(peer_rows: list[dict]) -> dict:
+    finals = [{"eval_return_mean": r.get("final_return")} for r in peer_rows]
+    return {"runs": peer_rows, **final_stats(finals)}
+
+
+def _peer_lines(payload: dict) -> str:
+    """SB3's final returns for the same seeds and the ratio of the medians, as Markdown."""
+    peer = payload.get("sb3")
+    if not peer:
+        return ""
+    rows = [
+        [r["seed"], r.get("final_return"), r.get("train_seconds"), r.get("fps")]
+        for r in peer["runs"]
+    ]
+    text = "\n## Stable-Baselines3, rl-zoo3 settings, same seeds and budget (interleaved)\n\n"
+    text += markdown_table(["seed", "final eval", "train s", "fps"], rows) + "\n"
+    if "final_median" in peer and "final_median" in payload:
+        low, high = peer["final_iqm_ci95"]
+        text += (
+            f"\nSB3 final: median {peer['final_median']:.1f}, IQM {peer['final_iqm']:.1f} "
+            f"(95% CI {low:.1f} to {high:.1f}). rlkit median - SB3 median: "
+            f"{payload['final_median'] - peer['final_median']:+.1f}.\n"
+        )
+    return text
 
 
 def _summary_lines(payload: dict) -> str:

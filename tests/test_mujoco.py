@@ -1,7 +1,9 @@
-"""MuJoCo presets (the optional ``[mujoco]`` extra): CleanRL's PPO settings, and a short run.
+"""MuJoCo presets (the optional ``[mujoco]`` extra): CleanRL's PPO settings, rl-zoo3's SAC
+settings, and short runs.
 
-The presets are compared with CleanRL's ``ppo_continuous_action.py`` defaults written out
-here (benchmark tag pr-424); the run is skipped where the extra is not installed (CI).
+The presets are compared with CleanRL's ``ppo_continuous_action.py`` defaults (benchmark tag
+pr-424) and rl-zoo3's SAC ``mujoco-defaults`` written out here; the runs are skipped where the
+extra is not installed (CI).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from rlkit.configs import ppo as ppo_config
+from rlkit.configs import sac as sac_config
 
 TASKS = ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5")
 
@@ -43,3 +46,35 @@ def test_a_short_halfcheetah_run(tmp_path):
          "--run-dir", str(tmp_path)]
     )  # fmt: skip
     assert summary["frames"] == 2048 and summary["config"]["normalize_obs"] is True
+
+
+#: rl-zoo3 hyperparams/sac.yml mujoco-defaults: learning_starts 10000 on SB3's SAC defaults
+#: (learning_rate 3e-4, buffer_size 1e6, batch_size 256, tau 0.005, gamma 0.99, train_freq 1,
+#: gradient_steps 1, ent_coef "auto" from 1.0, target_entropy -dim(A), net_arch [256, 256],
+#: ReLU), 1M steps
+ZOO_SAC = dict(
+    learning_starts=10_000, lr=3e-4, buffer_size=1_000_000, batch_size=256, tau=0.005,
+    gamma=0.99, steps_per_batch=1, utd_ratio=1.0, alpha_init=1.0, learn_alpha=True,
+    target_entropy=None, hidden=(256, 256), activation="relu", total_frames=1_000_000,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_sac_presets_are_zoos_settings(task):
+    from rlkit.training.config import parse_config
+
+    cfg = parse_config(sac_config.CONFIG, ["--env", task], presets=sac_config.PRESETS)
+    assert {k: getattr(cfg, k) for k in ZOO_SAC} == ZOO_SAC
+    assert cfg.actor_lr is None and cfg.alpha_lr is None  # both follow --lr, as SB3's
+
+
+def test_a_short_hopper_sac_run(tmp_path):
+    pytest.importorskip("mujoco")
+    from rlkit.algorithms import sac
+
+    summary = sac.main(
+        ["--env", "Hopper-v5", "--total-frames", "600", "--learning-starts", "500",
+         "--eval-every", "0", "--eval-episodes", "2", "--eval-max-steps", "50",
+         "--progress", "false", "--run-dir", str(tmp_path)]
+    )  # fmt: skip
+    assert summary["frames"] == 600 and summary["config"]["batch_size"] == 256

@@ -5,6 +5,8 @@
 # Usage:  bash benchmarks/peers/setup_sb3.sh          (idempotent: skips if already set up)
 #         FORCE=1 bash benchmarks/peers/setup_sb3.sh  (recreate from scratch)
 #         PYTHON=/path/to/python3.11 bash benchmarks/peers/setup_sb3.sh
+#         MUJOCO=1 bash benchmarks/peers/setup_sb3.sh (adds gymnasium[mujoco] for the MuJoCo
+#                                                      peers, with the project's mujoco pin)
 #
 # torch is pinned to the project's torch (2.14.1) so both sides of a benchmark run the same
 # tensor library (the CUDA wheel, taken from the local disk through pip's constraint file on
@@ -16,12 +18,18 @@ REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 VENV="${REPO_ROOT}/.venv-sb3"
 PYTHON="${PYTHON:-python3}"
 PACKAGES=("torch==2.14.1" "stable-baselines3" "gymnasium[classic-control]" "psutil")
+if [[ "${MUJOCO:-0}" == "1" ]]; then
+    PACKAGES+=("gymnasium[mujoco]" "mujoco>=3.1,<3.4")
+fi
 
 check() {
     "${VENV}/bin/python" - <<'PY' 2>/dev/null
 import torch, stable_baselines3, gymnasium, psutil
 assert torch.__version__.split("+")[0] == "2.14.1", torch.__version__
 gymnasium.make("CartPole-v1")
+import os
+if os.environ.get("MUJOCO") == "1":
+    gymnasium.make("Hopper-v5")
 print(f"sb3 {stable_baselines3.__version__}, torch {torch.__version__}, "
       f"gymnasium {gymnasium.__version__}, psutil {psutil.__version__}")
 PY
@@ -32,6 +40,7 @@ if [[ "${FORCE:-0}" == "1" && -d "${VENV}" ]]; then
     rm -rf "${VENV}"
 fi
 
+export MUJOCO="${MUJOCO:-0}"
 if [[ -x "${VENV}/bin/python" ]] && versions="$(check)"; then
     echo "${VENV} already set up (${versions}); nothing to do."
     exit 0

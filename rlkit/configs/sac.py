@@ -83,6 +83,24 @@ class SACConfig(OffPolicyConfig):
 PRESETS: dict[str, dict] = {
     "CartPole-v1": dict(total_frames=100_000, eval_every=5000, learning_starts=1000),
 }
+# MuJoCo (pip install -e ".[mujoco]"): rl-zoo3's SAC mujoco-defaults (hyperparams/sac.yml:
+# Hopper, HalfCheetah, Walker2d share them): SB3's SAC defaults (lr 3e-4 for critic, actor and
+# temperature, batch 256, buffer 1M, tau 0.005, gamma 0.99, one gradient step per frame,
+# 256x256 ReLU networks, learned temperature from 1.0 towards -action_dim) with 10,000 random
+# frames before learning, 1M frames
+_MUJOCO = dict(
+    total_frames=1_000_000,
+    learning_starts=10_000,
+    batch_size=256,
+    lr=3e-4,
+    buffer_size=1_000_000,
+    gamma=0.99,
+    tau=0.005,
+    eval_every=20_000,
+    target_return=None,
+)
+for _task in ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5"):
+    PRESETS[_task] = dict(_MUJOCO)
 
 
 #: the config ``recipes/sac.py`` parses (:func:`rlkit.training.cli.recipe`)
