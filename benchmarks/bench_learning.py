@@ -33,7 +33,9 @@ frames) the final return is the point, so train the whole budget:
 
 ``--from-runs DIR [DIR ...]`` reads run directories trained elsewhere (``summary.json``,
 ``eval.csv``, ``metrics.csv``: e.g. long runs queued by hand) instead of training, and writes
-the same report.
+the same report; an entry ending in ``.json`` is a file of recorded runs
+(``{"source": ..., "runs": [{"seed", "frames", "eval_return_mean", "curve", ...}]}``) for
+runs whose directories were not kept, each row keeping its source.
 """
 
 from __future__ import annotations
@@ -151,6 +153,25 @@ def read_run(run_dir: Path, args: argparse.Namespace) -> dict:
     return row
 
 
+def _curve_hits(curve, threshold: float) -> dict:
+    """Solved at the first evaluation >= threshold, and how many evaluations reached it."""
+    hits = [(f, m) for f, m in curve if m >= threshold]
+    return {
+        "solved": bool(hits),
+        "solved_frames": hits[0][0] if hits else None,
+        "solved_seconds": None,
+        "evals_at_threshold": f"{len(hits)}/{len(curve)}",
+    }
+
+
+def _recorded_runs(path: Path) -> list[dict]:
+    """Runs recorded in a JSON file, ``{"source": ..., "runs": [{seed, frames,
+    eval_return_mean, curve, ...}]}`` (runs whose directories were not kept); each row
+    carries the file's ``source``."""
+    data = json.loads(path.read_text())
+    return [dict(r, source=data.get("source", str(path))) for r in data["runs"]]
+
+
 def _report_seed(row: dict) -> dict:
     status = "solved" if row.get("solved") else "not solved"
     print(
@@ -260,13 +281,8 @@ def _anchor(text: str) -> tuple[str, float]:
 def _full_budget_stats(run_dir: Path, curve, threshold: float, frames: int) -> dict:
     """Solved at the first evaluation >= threshold; evaluations at the threshold; the mean
     training-episode return over the last 10% of the frames (from metrics.csv)."""
+    out = _curve_hits(curve, threshold)
     hits = [(f, m) for f, m in curve if m >= threshold]
-    out = {
-        "solved": bool(hits),
-        "solved_frames": hits[0][0] if hits else None,
-        "solved_seconds": None,
-        "evals_at_threshold": f"{len(hits)}/{len(curve)}",
-    }
     with (run_dir / "eval.csv").open() as f:
         seconds = {int(r["frames"]): float(r["train_seconds"]) for r in csv.DictReader(f)}
     if hits:
@@ -325,10 +341,23 @@ def main() -> None:
     args.extra = [a for a in extra if a != "--"]
     peer_rows: list[dict] = []
     if args.from_runs:
-        missing = [str(d) for d in args.from_runs if not (d / "summary.json").is_file()]
+        missing = [
+            str(d)
+            for d in args.from_runs
+            if not (d / "summary.json").is_file() and not (d.suffix == ".json" and d.is_file())
+        ]
         if missing:
-            p.error(f"--from-runs: no summary.json in {', '.join(missing)} (unfinished runs?)")
-        rows = [_report_seed(read_run(d, args)) for d in args.from_runs]
+            p.error(
+                f"--from-runs: no summary.json in {', '.join(missing)} (unfinished runs?), "
+                "and not a .json file of recorded runs"
+            )
+        rows = []
+        for d in args.from_runs:
+            if d.suffix == ".json":
+                rows += [r | _curve_hits(r["curve"], args.threshold) for r in _recorded_runs(d)]
+            else:
+                rows.append(read_run(d, args))
+        rows = [_report_seed(r) for r in rows]
         args.seeds = [r["seed"] for r in rows]
     else:
         sides = ["rlkit", "sb3"] if args.sb3_python else ["rlkit"]
@@ -381,9 +410,10 @@ def main() -> None:
     if args.full_budget:
         columns += ["evals >= threshold", "train return (last 10%)"]
         fields += ["evals_at_threshold", "last_train_return"]
-    table = markdown_table(
-        [*columns, "fps"], [[r.get(k) for k in fields] + [r.get("fps")] for r in rows]
-    )
+    columns, fields = [*columns, "fps"], [*fields, "fps"]
+    if any(r.get("source") for r in rows):  # some rows recorded elsewhere (--from-runs .json)
+        columns, fields = [*columns, "source"], [*fields, "source"]
+    table = markdown_table(columns, [[r.get(k) for k in fields] for r in rows])
     modes = sorted(
         {
             f"{'deterministic' if r['eval_deterministic'] else 'sampled-action'} evaluation "
