@@ -68,12 +68,14 @@ PRESETS: dict[str, dict] = {
         lr_schedule="constant",
         gamma=0.9,
         vtrace_lambda=0.95,
-        # no observation normalisation: with it, the asynchronous run (lag 2) shrank its
-        # policy's std until the update diverged (seed 0, 200k frames); without it 10/10 seeds
-        # reach -250 at 57k frames (benchmarks/results/learning_appo_Pendulum-v1.md)
+        # synchronous, no observation normalisation (docs/recipes/appo.md, "Results"): with
+        # normalisation the asynchronous run (lag 2) shrank its policy's std until the update
+        # diverged (seed 0, 200k frames); without it, asynchronous runs reach -250 at 57k
+        # frames but do not hold it (final -637, -141, -614 at 300k); synchronous runs hold it
         normalize_obs=False,
         target_return=None,
         workers=2,
+        sync_collect=True,
     ),
 }
 
