@@ -68,6 +68,10 @@ TARGET_LOG_PROB = "target_log_prob"
 #: and the lag (learner version when the batch was used minus that version), ``[*]`` int64.
 POLICY_VERSION = ("collector", "policy_version")
 POLICY_LAG = ("collector", "policy_lag")
+#: Worker collectors: the index of the env that collected each row within the rank,
+#: ``[N, T]`` int64 (worker ``i``'s row ``j`` is env ``i * envs_per_worker + j``); the
+#: learner's reward normaliser (``rlkit.modules.BatchRewardNorm``) keys its returns by it.
+ENV_ID = ("collector", "env_id")
 
 #: Replay: discount of the bootstrap term, gamma^m for an m-step transition, ``[*, 1]``
 #: (``rlkit.objectives.dqn.nstep_transitions`` writes it).

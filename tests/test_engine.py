@@ -354,11 +354,28 @@ def test_reward_normalisation_flag_scales_rewards_and_resumes_its_statistics(ppo
     assert first_return(run_dir) == first_return(plain) >= 8
 
 
-def test_reward_normalisation_is_refused_by_worker_collector_recipes(capsys):
-    impala = load_recipe("impala")
-    with pytest.raises(SystemExit):
-        impala.parse_config(impala.IMPALAConfig, ["--normalize-reward", "true"])
-    assert "--normalize-reward is not supported" in capsys.readouterr().err
+@pytest.mark.parametrize("algo", ["impala", "appo"])
+def test_worker_recipes_normalise_rewards_in_the_learner_and_resume_its_state(algo, tmp_path):
+    """--normalize-reward in the worker recipes (refused before): the learner's
+    BatchRewardNorm sees every frame once across a resume, keeps each env's running return,
+    and the logged episode returns stay in CartPole's units."""
+    recipe = load_recipe(algo)
+    run_dir = tmp_path / "run"
+    common = [*TINY, *QUIET, "--run-dir", str(run_dir), "--eval-every", "0", "--gamma", "0.9"]
+    common += ["--normalize-reward", "true", "--sync-collect", "true"]
+    recipe.main([*common, "--total-frames", "128"])
+    first = ckpt.load(run_dir / "checkpoints" / "last.pt")["modules"]["reward_norm"]
+    assert float(first["norm.stats.count"]) == pytest.approx(128, abs=1e-3)
+    assert 1.0 <= float(first["norm.stats.mean"]) < 10.0  # G = 1 + 0.9 G' on CartPole
+    returns = first["returns"].flatten()
+    assert returns.shape == (4,) and bool((returns >= 0).all()) and float(returns.max()) >= 1
+    recipe.main([*common, "--total-frames", "256", "--resume", "last"])
+    second = ckpt.load(run_dir / "checkpoints" / "last.pt")["modules"]["reward_norm"]
+    assert float(second["norm.stats.count"]) == pytest.approx(256, abs=1e-3)
+    rows = [line.split(",") for line in (run_dir / "metrics.csv").read_text().splitlines()]
+    column = rows[0].index("episode_return")
+    logged = [float(r[column]) for r in rows[1:] if r[column]]
+    assert logged and min(logged) >= 8  # CartPole's units (an episode lasts >= 8 steps)
 
 
 def test_eval_env_scores_the_policy_on_another_task_with_the_same_spaces(ppo, tmp_path):

@@ -287,7 +287,9 @@ def test_an_actor_built_on_the_learners_envs_acts_in_a_workers_share(env_id):
     learner_env, worker_env = make_env(env_id, num_envs=4), make_env(env_id, num_envs=2)
     actor = make_actor(learner_env.observation_spec, learner_env.action_spec)
     check_env_compat(actor, worker_env)  # no error
-    other = make_env("MountainCarContinuous-v0" if env_id == "Pendulum-v1" else "Acrobot-v1", num_envs=4)
+    other = make_env(
+        "MountainCarContinuous-v0" if env_id == "Pendulum-v1" else "Acrobot-v1", num_envs=4
+    )
     wrong = make_actor(learner_env.observation_spec, other.action_spec)
     with pytest.raises(ActionSpecMismatchError):
         check_env_compat(wrong, worker_env)
@@ -300,3 +302,34 @@ def test_appo_with_two_workers_trains_on_continuous_actions(tmp_path):
     args = [*TINY, *QUIET, "--env", "Pendulum-v1", "--workers", "2", "--eval-every", "0"]
     summary = appo.main([*args, "--total-frames", "256", "--run-dir", str(tmp_path / "run")])
     assert summary["frames"] == 256
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_env_ids_follow_each_env_across_batches(sync):
+    """keys.ENV_ID names the env behind every row: a row's first observation is where that
+    env's previous row ended (unless the episode ended there), whatever order the asynchronous
+    workers' rollouts arrive in."""
+    from rlkit.data.async_collect import ENV_ID
+
+    actor, _ = nets()
+    collector = WorkerCollector(
+        env_id="CartPole-v1", policy=actor, num_envs=4, frames_per_batch=32, num_workers=2,
+        sync=sync, seed=3,
+    )  # fmt: skip
+    last: dict[int, tuple[torch.Tensor, bool]] = {}
+    try:
+        for _ in range(6):
+            batch = collector.next_batch()
+            ids = batch[ENV_ID]
+            assert (ids == ids[:, :1]).all()  # one env per row
+            if sync:
+                assert ids[:, 0].tolist() == [0, 1, 2, 3]
+            for row, env in enumerate(ids[:, 0].tolist()):
+                if env in last and not last[env][1]:
+                    torch.testing.assert_close(batch[row, 0][keys.OBSERVATION], last[env][0])
+                step = batch[row, -1]
+                last[env] = (step[keys.NEXT_OBSERVATION], bool(step[keys.DONE]))
+            collector.update_policy_weights_()
+        assert sorted(last) == [0, 1, 2, 3]
+    finally:
+        collector.shutdown()

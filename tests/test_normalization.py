@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import pickle
 import socket
@@ -242,3 +243,81 @@ def test_torchrl_vecnormv2_is_not_reward_scaling():
     assert torch.all(td[keys.REWARD] == 0)
     scaled = make_env("CartPole-v1", num_envs=4, seed=0, normalize_reward=True).rollout(30)
     assert torch.all(scaled[keys.REWARD] > 0)
+
+
+def _textbook_reward_scale(segments, *, gamma, clip=10.0, eps=1e-8, prior=1e-4):
+    """SB3 VecNormalize's reward scaling written out: per env, G = gamma G + r; every step's
+    G of all envs stepping together goes into a running mean/var (Chan's merge, prior of
+    ``prior`` pseudo-samples with mean 0 and variance 1); r / sqrt(var + eps), clipped; G = 0
+    after a done. ``segments``: list of (env_ids, rewards [n, T], dones [n, T]) in order,
+    env ids distinct within a segment."""
+    mean, var, count = 0.0, 1.0, prior
+    ret: dict[int, float] = {}
+    out = []
+    for ids, rewards, dones in segments:
+        scaled = [[0.0] * len(rewards[0]) for _ in ids]
+        for t in range(len(rewards[0])):
+            gs = []
+            for i, env in enumerate(ids):
+                ret[env] = ret.get(env, 0.0) * gamma + rewards[i][t]
+                gs.append(ret[env])
+            b_mean = sum(gs) / len(gs)
+            b_var = sum((g - b_mean) ** 2 for g in gs) / len(gs)
+            n = count + len(gs)
+            delta = b_mean - mean
+            mean, var = (
+                mean + delta * len(gs) / n,
+                (count * var + len(gs) * b_var + delta**2 * count * len(gs) / n) / n,
+            )
+            count = n
+            for i, env in enumerate(ids):
+                r = rewards[i][t] / math.sqrt(var + eps)
+                scaled[i][t] = max(-clip, min(clip, r))
+                if dones[i][t]:
+                    ret[env] = 0.0
+        out.append(scaled)
+    return out, (mean, var, count)
+
+
+def test_batch_reward_norm_matches_the_textbook_loop_across_batches_and_shuffled_rows():
+    """Rows arrive in any order, one env twice in a batch (a fast worker's two rollouts):
+    each env's return continues across rows and batches as if its steps came one by one."""
+    from rlkit.modules import BatchRewardNorm
+
+    g = torch.Generator().manual_seed(0)
+    gamma, steps = 0.9, 5
+    order = [[0, 1, 2, 3], [2, 0, 3, 1], [1, 1, 3, 0]]  # batch 3: env 1 twice, env 2 absent
+    norm = BatchRewardNorm(4, gamma=gamma)
+    segments = []  # (batch, rows, env ids, rewards, dones): groups of distinct envs in order
+    got = []
+    for b, ids in enumerate(order):
+        reward = torch.randn(4, steps, 1, generator=g) * 3
+        done = torch.rand(4, steps, 1, generator=g) < 0.2
+        td = TensorDict({"next": {"reward": reward.clone(), "done": done}}, [4, steps])
+        got.append(norm(td, torch.tensor(ids))["next", "reward"][..., 0])
+        first = [r for r, env in enumerate(ids) if env not in ids[:r]]
+        again = [r for r in range(4) if r not in first]  # an env's second rollout: later
+        for rows in (first, again):
+            if rows:
+                rw, dn = reward[rows, :, 0].tolist(), done[rows, :, 0].tolist()
+                segments.append((b, rows, [ids[r] for r in rows], rw, dn))
+    want, (mean, var, count) = _textbook_reward_scale(
+        [(envs, rw, dn) for _, _, envs, rw, dn in segments], gamma=gamma
+    )
+    for (b, rows, *_), scaled in zip(segments, want, strict=True):
+        torch.testing.assert_close(got[b][rows], torch.tensor(scaled, dtype=torch.float32))
+    stats = norm.norm.stats
+    assert float(stats.count) == pytest.approx(count)
+    assert float(stats.mean) == pytest.approx(mean) and float(stats.var) == pytest.approx(var)
+    assert len(segments) == 4  # the repeated env really took the second pass
+
+
+def test_batch_reward_norm_names_env_ids_outside_its_envs():
+    from rlkit.modules import BatchRewardNorm
+
+    td = TensorDict(
+        {"next": {"reward": torch.ones(2, 3, 1), "done": torch.zeros(2, 3, 1, dtype=torch.bool)}},
+        [2, 3],
+    )
+    with pytest.raises(ValueError, match=r"outside \[0, 2\).*number of envs"):
+        BatchRewardNorm(2, gamma=0.9)(td, torch.tensor([0, 5]))

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from tensordict import TensorDictBase
 from torch import nn
 
-from rlkit.algorithms.impala import lag_metrics
+from rlkit.algorithms.impala import attach_reward_norm, lag_metrics, normalize_rewards
 from rlkit.algorithms.onpolicy import (
     PolicyGradientConfig,
     PolicyGradientLearner,
@@ -62,11 +62,13 @@ class APPOLearner(PolicyGradientLearner):
             obs_norm=obs_norm,
             loss_schedules=loss_schedules,
         )
+        self.reward_norm = attach_reward_norm(self, cfg)
 
     def modules(self) -> dict[str, nn.Module]:
         return super().modules() | {"target_actor": self.loss.target_actor}
 
     def update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
+        normalize_rewards(self.reward_norm, batch)  # before V-trace reads them
         self.loss.record_target_log_prob(batch)
         metrics = super().update(batch, ctx)  # V-trace, epochs x minibatches, KL lr, obs norm
         self.loss.step_target()

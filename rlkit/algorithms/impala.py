@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDictBase
 
+from rlkit import keys
 from rlkit.algorithms.onpolicy import PolicyGradientLearner, build_actor_critic
 from rlkit.configs import impala as _config
 from rlkit.configs.impala import (  # noqa: F401 (IMPALA_NO_KL re-exported)
@@ -19,13 +20,33 @@ from rlkit.configs.impala import (  # noqa: F401 (IMPALA_NO_KL re-exported)
     VTraceConfig,
 )
 from rlkit.data.async_collect import POLICY_LAG, worker_collector_factory
+from rlkit.modules import BatchRewardNorm
 from rlkit.objectives import IMPALALoss
 from rlkit.training import parse_config, run
 from rlkit.training.engine import Context
 from rlkit.training.update import update_loop
 
 
-# 0. the learner (lag_metrics: shared with APPO) ----------------------------------------------
+# 0. the learner (lag_metrics, batch reward normalisation: shared with APPO) -------------------
+def attach_reward_norm(learner: PolicyGradientLearner, cfg) -> BatchRewardNorm | None:
+    """``--normalize-reward`` for the worker recipes: the learner scales each batch's rewards
+    (:class:`~rlkit.modules.BatchRewardNorm`, one set of statistics for all workers, in the
+    checkpoint as ``reward_norm``), since the envs live in the worker processes."""
+    if not cfg.normalize_reward:
+        return None
+    norm = BatchRewardNorm(cfg.num_envs, gamma=cfg.gamma)
+    learner.nets["reward_norm"] = norm
+    return norm
+
+
+def normalize_rewards(norm: BatchRewardNorm | None, batch: TensorDictBase) -> None:
+    """Scale ``batch``'s rewards in place with ``norm`` (rows matched to envs by
+    ``keys.ENV_ID``, else row ``i`` is env ``i``); nothing when ``norm`` is None."""
+    if norm is not None:
+        env_ids = batch.get(keys.ENV_ID, None)
+        norm(batch, None if env_ids is None else env_ids[:, 0])
+
+
 def lag_metrics(batch: TensorDictBase) -> dict[str, float]:
     lag = batch.get(POLICY_LAG, None)
     if lag is None:
@@ -54,6 +75,7 @@ class IMPALALearner(PolicyGradientLearner):
             cfg=cfg,
             obs_norm=obs_norm,
         )
+        self.reward_norm = attach_reward_norm(self, cfg)
 
     def _minibatches(self, data: TensorDictBase, generator: torch.Generator):
         """Minibatches of whole env rows of the ``[N, T]`` batch (V-trace runs along T)."""
@@ -65,6 +87,7 @@ class IMPALALearner(PolicyGradientLearner):
         return (data[order[start : start + rows]] for start in range(0, n, rows))
 
     def update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
+        normalize_rewards(self.reward_norm, batch)
         sched = self.apply_schedules(ctx.progress)
         result = update_loop(self.loss_groups(), batch, ctx, minibatches=self._minibatches)
         self.after_update(batch, result, ctx)

@@ -62,13 +62,6 @@ class VTraceConfig(PolicyGradientConfig):
         super().__post_init__()
         from rlkit.objectives.impala import check_vtrace_args
 
-        if self.normalize_reward:
-            raise ValueError(
-                "--normalize-reward is not supported by the worker-collector recipes (IMPALA, "
-                "APPO): each worker builds its own envs, so the reward statistics would not be "
-                "shared or checkpointed; drop the flag (--normalize-obs is supported)"
-            )
-
         check_vtrace_args(
             "config",
             lmbda=self.vtrace_lambda,
@@ -81,6 +74,11 @@ class VTraceConfig(PolicyGradientConfig):
                 f"--workers must be >= 1 and divide --num-envs ({self.num_envs}), got "
                 f"{self.workers}"
             )
+
+    def env_options(self) -> dict:
+        """No env-side reward normaliser: the workers build the envs, so the learner scales
+        the rewards of each batch (``rlkit.algorithms.impala.attach_reward_norm``)."""
+        return {}
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,9 @@ cost the learner ~45 ms per 256-frame CartPole batch (learner wait 2.5 s vs 1.1 
 per 30 batches, ``benchmarks/bench_async.py``, idle 2-core machine), which is more than
 collecting it; with slots the async learner's wait fell to 0.03 s per 30 batches.
 
-Each batch carries ``POLICY_VERSION`` (:math:`v`, ``[N, T]`` int64) and ``POLICY_LAG``
-(:math:`k - v` at the time the learner takes the batch, ``[N, T]`` int64); the collector
+Each batch carries ``POLICY_VERSION`` (:math:`v`, ``[N, T]`` int64), ``POLICY_LAG``
+(:math:`k - v` at the time the learner takes the batch, ``[N, T]`` int64) and ``ENV_ID``
+(which of the rank's envs collected each row, ``[N, T]`` int64); the collector
 also keeps the running mean lag (:attr:`WorkerCollector.mean_lag`). The behaviour
 log-prob :math:`\log\mu(a|s)` is the stored ``keys.ACTION_LOG_PROB`` written by the worker's
 policy at acting time, whatever version that was.
@@ -64,6 +65,7 @@ __all__ = [
 
 #: ``[N, T]`` int64: the learner version of the weights that acted (0: the initial weights).
 POLICY_VERSION = keys.POLICY_VERSION
+ENV_ID = keys.ENV_ID
 #: ``[N, T]`` int64: learner version when the batch was consumed minus ``POLICY_VERSION``.
 POLICY_LAG = keys.POLICY_LAG
 
@@ -207,7 +209,7 @@ class WorkerCollector:
         if isinstance(queue_size, bool) or not isinstance(queue_size, int) or queue_size < 1:
             raise ValueError(f"queue_size must be an int >= 1, got {queue_size!r}")
         self.num_workers, self.sync = num_workers, bool(sync)
-        self.frames_per_batch = frames_per_batch
+        self.num_envs, self.frames_per_batch = num_envs, frames_per_batch
         self.device = None if device is None else torch.device(device)
         self.policy = policy
         self.version = 0
@@ -275,6 +277,9 @@ class WorkerCollector:
         tds = [self._slots[i][slot] for i, slot in parts]
         # copy out of shared memory, then hand the slots back to their workers
         batch = torch.cat(tds, dim=0) if len(tds) > 1 else tds[0].clone()
+        per_worker = self.num_envs // self.num_workers
+        env_ids = torch.cat([torch.arange(per_worker) + i * per_worker for i, _ in parts])
+        batch.set(ENV_ID, env_ids[:, None].expand(batch.batch_size).clone())
         for i, slot in parts:
             self._free[i].put(slot)
         batch.names = [None, "time"]

@@ -14,7 +14,13 @@ from rlkit.modules.critics import (
     value_critic,
 )
 from rlkit.modules.networks import ImpalaCNN, NatureCNN, init_orthogonal_, mlp, mlp_body
-from rlkit.modules.normalization import Normalize, ObservationNorm, RewardNorm, RunningMeanStd
+from rlkit.modules.normalization import (
+    BatchRewardNorm,
+    Normalize,
+    ObservationNorm,
+    RewardNorm,
+    RunningMeanStd,
+)
 from rlkit.modules.target import TargetNetwork
 
 __all__ = [
@@ -24,6 +30,7 @@ __all__ = [
     "Normalize",
     "ObservationNorm",
     "RewardNorm",
+    "BatchRewardNorm",
     "RunningMeanStd",
     "TargetNetwork",
     "actor_critic_networks",

@@ -31,7 +31,7 @@ from torchrl.envs.transforms import Transform
 
 from rlkit import keys
 
-__all__ = ["ObservationNorm", "RewardNorm", "RunningMeanStd"]
+__all__ = ["BatchRewardNorm", "ObservationNorm", "RewardNorm", "RunningMeanStd"]
 
 _RESET_KEY = "_reset"
 Moments = tuple[Tensor, Tensor, Tensor]
@@ -460,3 +460,74 @@ class RewardNorm(Transform):
         if reward is not None:
             tensordict.set(keys.REWARD, self._apply_transform(reward))
         return tensordict
+
+
+class BatchRewardNorm(nn.Module):
+    r""":class:`RewardNorm` applied by the learner to collected ``[N, T]`` batches, for
+    collectors whose envs live in other processes (IMPALA's and APPO's workers): one set of
+    statistics for all workers, kept in the learner's checkpoint with every env's running
+    discounted return, so a resumed run scales rewards exactly as an uninterrupted one.
+
+    For each row (one env's ``T`` consecutive steps) it runs :meth:`RewardNorm.observe`
+    step by step, as the env-side transform would: :math:`G_t = \gamma G_{t-1} + r_t`
+    (zeroed after a done step), :math:`G_t` added to the statistics, and
+    :math:`\tilde r_t = \operatorname{clip}(r_t / \sqrt{\operatorname{Var}[G] + \epsilon},
+    -c, c)` written to ``("next", "reward")`` in place. Rows are matched to envs by
+    ``env_ids`` ``[N]`` (the worker collector's ``keys.ENV_ID``); rows of one env that arrive
+    in one batch (a fast worker's two rollouts) are processed in arrival order.
+
+    Args:
+        num_envs: envs on this rank (``env_ids`` lie in ``[0, num_envs)``).
+        gamma, clip, epsilon: as :class:`RewardNorm`.
+
+    Example:
+        >>> from tensordict import TensorDict
+        >>> norm = BatchRewardNorm(2, gamma=0.99)
+        >>> td = TensorDict({"next": {"reward": torch.ones(2, 3, 1),
+        ...     "done": torch.zeros(2, 3, 1, dtype=torch.bool)}}, [2, 3])
+        >>> norm(td)["next", "reward"].shape
+        torch.Size([2, 3, 1])
+    """
+
+    returns: Tensor
+
+    def __init__(
+        self, num_envs: int, *, gamma: float, clip: float | None = 10.0, epsilon: float = 1e-8
+    ) -> None:
+        super().__init__()
+        if num_envs < 1:
+            raise ValueError(f"BatchRewardNorm: num_envs must be >= 1, got {num_envs}")
+        self.norm = RewardNorm(gamma=gamma, clip=clip, epsilon=epsilon)  # statistics inside
+        self.register_buffer("returns", torch.zeros(num_envs, 1, dtype=torch.float64))
+
+    def forward(self, batch: TensorDictBase, env_ids: Tensor | None = None) -> TensorDictBase:
+        reward, done = batch.get(keys.REWARD), batch.get(keys.DONE)
+        rows, steps = batch.batch_size
+        ids = torch.arange(rows) if env_ids is None else env_ids.reshape(rows).long().cpu()
+        if int(ids.min()) < 0 or int(ids.max()) >= self.returns.shape[0]:
+            raise ValueError(
+                f"BatchRewardNorm: env ids {ids.tolist()} outside [0, {self.returns.shape[0]}): "
+                "build it with the rank's number of envs"
+            )
+        scaled = torch.empty_like(reward)
+        for layer in _distinct_layers(ids):
+            self.norm._returns = self.returns[ids[layer]].to(reward.device)
+            for t in range(steps):
+                scaled[layer, t] = self.norm.observe(reward[layer, t], done[layer, t])
+            self.returns[ids[layer]] = self.norm._returns.to(self.returns.device)
+        batch.set(keys.REWARD, scaled)
+        return batch
+
+
+def _distinct_layers(ids: Tensor) -> list[Tensor]:
+    """Row indices split into groups of distinct ids, each id's rows in their order (the
+    k-th occurrence of an id goes to group k), so a group can run in parallel."""
+    seen: dict[int, int] = {}
+    groups: list[list[int]] = []
+    for row, env in enumerate(ids.tolist()):
+        k = seen.get(env, 0)
+        seen[env] = k + 1
+        if k == len(groups):
+            groups.append([])
+        groups[k].append(row)
+    return [torch.tensor(g) for g in groups]
