@@ -86,6 +86,19 @@ def older_policy(actor, scale=0.3):
     return old
 
 
+def by_hand(actor, mu, critic, td):
+    """log pi(a), log mu(a) at the stored actions (the two networks' softmax), V(x), V(x')."""
+    action = td[keys.ACTION]
+    with torch.no_grad():
+        logp_pi = torch.log_softmax(actor.module[0].module(td[keys.OBSERVATION]), -1)
+        logp_mu = torch.log_softmax(mu.module[0].module(td[keys.OBSERVATION]), -1)
+        logp_pi = logp_pi.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        logp_mu = logp_mu.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        v = critic.module(td[keys.OBSERVATION]).squeeze(-1)
+        v_next = critic.module(td[keys.NEXT_OBSERVATION]).squeeze(-1)
+    return logp_pi, logp_mu, v, v_next
+
+
 def as_lists(x):
     return x.reshape(N, T).tolist()
 
@@ -106,15 +119,7 @@ def test_rho_and_losses_match_textbook_on_a_lagged_batch(lmbda, rho_bar, c_bar, 
         entropy_coef=0.01,
         value_coef=0.5,
     )
-    # pi(a) and mu(a) from the two networks' softmax at the stored actions
-    action = td[keys.ACTION]
-    with torch.no_grad():
-        logp_pi = torch.log_softmax(actor.module[0].module(td[keys.OBSERVATION]), -1)
-        logp_mu = torch.log_softmax(mu.module[0].module(td[keys.OBSERVATION]), -1)
-        logp_pi = logp_pi.gather(-1, action.unsqueeze(-1)).squeeze(-1)
-        logp_mu = logp_mu.gather(-1, action.unsqueeze(-1)).squeeze(-1)
-        v = critic.module(td[keys.OBSERVATION]).squeeze(-1)
-        v_next = critic.module(td[keys.NEXT_OBSERVATION]).squeeze(-1)
+    logp_pi, logp_mu, v, v_next = by_hand(actor, mu, critic, td)
     torch.testing.assert_close(td[keys.ACTION_LOG_PROB], logp_mu)  # stored log mu
     vt = loss.vtrace(td)
     torch.testing.assert_close(vt["rho"], (logp_pi - logp_mu).exp())
@@ -320,14 +325,7 @@ def test_normalize_advantage_standardises_the_textbook_advantage_in_the_policy_t
         IMPALALoss(actor, critic, **kw),
         IMPALALoss(actor, critic, normalize_advantage=True, **kw),
     )
-    action = td[keys.ACTION]
-    with torch.no_grad():
-        logp_pi = torch.log_softmax(actor.module[0].module(td[keys.OBSERVATION]), -1)
-        logp_mu = torch.log_softmax(mu.module[0].module(td[keys.OBSERVATION]), -1)
-        logp_pi = logp_pi.gather(-1, action.unsqueeze(-1)).squeeze(-1)
-        logp_mu = logp_mu.gather(-1, action.unsqueeze(-1)).squeeze(-1)
-        v = critic.module(td[keys.OBSERVATION]).squeeze(-1)
-        v_next = critic.module(td[keys.NEXT_OBSERVATION]).squeeze(-1)
+    logp_pi, logp_mu, v, v_next = by_hand(actor, mu, critic, td)
     _, adv = reference_vtrace(
         *(as_lists(x) for x in (logp_mu, logp_pi, td[keys.REWARD], v, v_next)),
         as_lists(td[keys.DONE]),
