@@ -170,7 +170,8 @@ def test_impala_learner_equals_a_textbook_vtrace_actor_critic_update():
     params = [*net_a.parameters(), *net_v.parameters()]
     opt = torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps)
     for _ in range(cfg.epochs):
-        logp = torch.distributions.Categorical(logits=net_a(obs)).log_prob(action)
+        dist = torch.distributions.Categorical(logits=net_a(obs))
+        logp = dist.log_prob(action)
         v = net_v(obs).squeeze(-1)
         with torch.no_grad():
             v_next = net_v(nxt).squeeze(-1)
@@ -179,6 +180,7 @@ def test_impala_learner_equals_a_textbook_vtrace_actor_critic_update():
                 gamma=cfg.gamma, rho_bar=cfg.rho_clip, c_bar=cfg.c_clip, pg_bar=cfg.pg_rho_clip,
             )  # fmt: skip
         loss = -(pg_adv * logp).mean() + cfg.value_coef * 0.5 * (v - vs).square().mean()
+        loss = loss - cfg.entropy_coef * dist.entropy().mean()  # the default bonus, 0.01
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
