@@ -322,6 +322,11 @@ def main() -> None:
         help="a published figure to show next to the results, LABEL=VALUE (repeatable)",
     )
     p.add_argument(
+        "--note",
+        default=None,
+        help="a sentence for the report (e.g. how and at which commit --from-runs runs trained)",
+    )
+    p.add_argument(
         "--sb3-python",
         default=None,
         metavar="PY",
@@ -395,6 +400,7 @@ def main() -> None:
         "median_solved_seconds": median_or_none(r.get("solved_seconds") for r in rows),
         **final_stats(rows),
         "anchors": dict(args.anchor),
+        "note": args.note,
         "from_runs": [str(d) for d in args.from_runs] if args.from_runs else None,
         "runs": rows,
         "sb3": _peer_payload(peer_rows) if peer_rows else None,
@@ -428,6 +434,7 @@ def main() -> None:
         f"within {args.budget:,} frames\n\n"
         f"Solved {solved}/{len(rows)} seeds (bar: {required}).{evaluation} Command: "
         f"`{command_line()}`; commit `{payload['commit']['commit'][:10]}`.\n\n"
+        f"{args.note + chr(10) * 2 if args.note else ''}"
         f"{_summary_lines(payload)}{table}\n{_peer_lines(payload)}"
     )
     env_name = args.env.replace("/", "-")  # namespaced ids such as rlkit/MountainCarSparse-v0
