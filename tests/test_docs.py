@@ -88,6 +88,10 @@ def test_recipe_pages_name_only_real_flags(page):
         "--seeds",
         "--full-budget",
         "--out",
+        "--sb3-python",
+        "--anchor",
+        "--from-runs",
+        "--note",
         "--repeats",  # bench_async.py
         "--batches",
     }
