@@ -228,10 +228,10 @@ def plot_curves(rows: list[dict], path: Path, *, title: str, threshold, anchors)
     panels = 2 if entropy else 1
     fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 4), dpi=100, squeeze=False)
     ax = axes[0][0]
-    for row in rows:
+    for i, row in enumerate(rows):  # colour C{i}: the same seed in both panels
         if row.get("curve"):
             xs, ys = zip(*row["curve"], strict=True)
-            ax.plot(xs, ys, lw=0.8, alpha=0.5, label=f"seed {row['seed']}")
+            ax.plot(xs, ys, lw=0.8, alpha=0.5, color=f"C{i % 10}", label=f"seed {row['seed']}")
     grid = sorted({x for c in curves for x, _ in c})
     mid = [iqm([_held(c, x) for c in curves]) for x in grid]
     ax.plot(grid, mid, color="black", lw=2, label=f"IQM ({len(curves)} seeds)")
@@ -243,10 +243,10 @@ def plot_curves(rows: list[dict], path: Path, *, title: str, threshold, anchors)
     ax.legend(fontsize=6, loc="best")
     if entropy:
         ax2 = axes[0][1]
-        for row in rows:
+        for i, row in enumerate(rows):
             if row.get("entropy_curve"):
                 xs, ys = zip(*row["entropy_curve"], strict=True)
-                ax2.plot(xs, ys, lw=0.8, label=f"seed {row['seed']}")
+                ax2.plot(xs, ys, lw=0.8, color=f"C{i % 10}", label=f"seed {row['seed']}")
         ax2.set(xlabel="environment frames", ylabel="policy entropy", title="entropy")
         ax2.grid(alpha=0.3)
     fig.tight_layout()
