@@ -282,11 +282,10 @@ def _full_budget_stats(run_dir: Path, curve, threshold: float, frames: int) -> d
     """Solved at the first evaluation >= threshold; evaluations at the threshold; the mean
     training-episode return over the last 10% of the frames (from metrics.csv)."""
     out = _curve_hits(curve, threshold)
-    hits = [(f, m) for f, m in curve if m >= threshold]
     with (run_dir / "eval.csv").open() as f:
         seconds = {int(r["frames"]): float(r["train_seconds"]) for r in csv.DictReader(f)}
-    if hits:
-        out["solved_seconds"] = seconds.get(hits[0][0])
+    if out["solved"]:
+        out["solved_seconds"] = seconds.get(out["solved_frames"])
     returns = []
     with (run_dir / "metrics.csv").open() as f:
         for r in csv.DictReader(f):

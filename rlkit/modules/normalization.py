@@ -429,11 +429,16 @@ class RewardNorm(Transform):
         returns = self._returns
         if returns is None or returns.shape != reward.shape:
             returns = torch.zeros(reward.shape, dtype=torch.float64, device=reward.device)
+        scaled, self._returns = self.scale_step(returns, reward, done)
+        return scaled
+
+    def scale_step(self, returns: Tensor, reward: Tensor, done: Tensor) -> tuple[Tensor, Tensor]:
+        """:meth:`observe` for discounted returns held by the caller (any rows, float64):
+        returns ``(scaled reward, returns after this step, zeroed where done)``."""
         returns = returns * self.gamma + reward
         if self.update_stats:
             self.stats.update(returns)
-        self._returns = returns.masked_fill(done.reshape(returns.shape), 0.0)
-        return self._apply_transform(reward)
+        return self._apply_transform(reward), returns.masked_fill(done.reshape(returns.shape), 0.0)
 
     def reset_returns(self, rows: Tensor | None = None) -> None:
         """Zero the discounted returns of the sub-envs in the ``[*B]`` mask ``rows``
@@ -468,7 +473,7 @@ class BatchRewardNorm(nn.Module):
     statistics for all workers, kept in the learner's checkpoint with every env's running
     discounted return, so a resumed run scales rewards exactly as an uninterrupted one.
 
-    For each row (one env's ``T`` consecutive steps) it runs :meth:`RewardNorm.observe`
+    For each row (one env's ``T`` consecutive steps) it runs :meth:`RewardNorm.scale_step`
     step by step, as the env-side transform would: :math:`G_t = \gamma G_{t-1} + r_t`
     (zeroed after a done step), :math:`G_t` added to the statistics, and
     :math:`\tilde r_t = \operatorname{clip}(r_t / \sqrt{\operatorname{Var}[G] + \epsilon},
@@ -511,10 +516,12 @@ class BatchRewardNorm(nn.Module):
             )
         scaled = torch.empty_like(reward)
         for layer in _distinct_layers(ids):
-            self.norm._returns = self.returns[ids[layer]].to(reward.device)
+            returns = self.returns[ids[layer]].to(reward.device)
             for t in range(steps):
-                scaled[layer, t] = self.norm.observe(reward[layer, t], done[layer, t])
-            self.returns[ids[layer]] = self.norm._returns.to(self.returns.device)
+                scaled[layer, t], returns = self.norm.scale_step(
+                    returns, reward[layer, t], done[layer, t]
+                )
+            self.returns[ids[layer]] = returns.to(self.returns.device)
         batch.set(keys.REWARD, scaled)
         return batch
 
