@@ -36,6 +36,21 @@ def test_presets_are_cleanrls_settings(task):
     assert cfg.clip_epsilon_final is None and cfg.lr_final == 0.0  # clip fixed, lr to 0
 
 
+@pytest.mark.parametrize("task", TASKS)
+def test_appo_presets_are_cleanrls_settings_with_vtrace(task):
+    """APPO's MuJoCo preset: CleanRL's PPO settings, V-trace lambda for GAE's, collected
+    synchronously with the target network copied after every batch."""
+    from rlkit.configs import appo as appo_config
+    from rlkit.training.config import parse_config
+
+    cfg = parse_config(appo_config.CONFIG, ["--env", task], presets=appo_config.PRESETS)
+    expected = {k: v for k, v in CLEANRL.items() if k != "gae_lambda"}
+    assert {k: getattr(cfg, k) for k in expected} == expected
+    assert cfg.vtrace_lambda == CLEANRL["gae_lambda"]
+    assert (cfg.sync_collect, cfg.tau, cfg.target_update_freq, cfg.workers) == (True, 1.0, 1, 1)
+    assert cfg.lr_final == 0.0  # annealed to 0
+
+
 def test_a_short_halfcheetah_run(tmp_path):
     pytest.importorskip("mujoco")
     from rlkit.algorithms import ppo

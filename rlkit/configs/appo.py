@@ -78,6 +78,37 @@ PRESETS: dict[str, dict] = {
         sync_collect=True,
     ),
 }
+# MuJoCo (pip install -e ".[mujoco]"): PPO's CleanRL settings (rlkit.configs.ppo: 1 env x 2048
+# steps, 10 epochs of 64-frame minibatches, lr 3e-4 annealed to 0, gamma 0.99, clip 0.2 with
+# clipped value loss, no entropy bonus, gradient norm 0.5, observation and reward
+# normalisation) with V-trace lambda 0.95 in place of GAE's; synchronous collection, and the
+# target pi_bar copied from pi after every batch (tau 1), so rho = pi_bar / mu is 1 at the
+# first epoch, as in the Pendulum preset
+_MUJOCO = dict(
+    total_frames=1_000_000,
+    num_envs=1,
+    rollout_steps=2048,
+    epochs=10,
+    minibatch_size=64,
+    lr=3e-4,
+    lr_schedule="linear",
+    gamma=0.99,
+    vtrace_lambda=0.95,
+    clip_epsilon=0.2,
+    value_clip=0.2,
+    entropy_coef=0.0,
+    value_coef=0.5,
+    max_grad_norm=0.5,
+    normalize_obs=True,
+    normalize_reward=True,
+    tau=1.0,
+    workers=1,
+    sync_collect=True,
+    eval_every=50_000,
+    target_return=None,
+)
+for _task in ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5"):
+    PRESETS[_task] = dict(_MUJOCO)
 
 
 #: the config ``recipes/appo.py`` parses (:func:`rlkit.training.cli.recipe`)
