@@ -75,6 +75,22 @@ CASES: dict[str, tuple[str, str, int]] = {
         "--hidden 32 32",
         3,
     ),
+    # an intrinsic reward (ICM): its networks, input and return statistics and its own
+    # optimiser come back, and the saved batch's mixed reward is the same
+    "ppo-icm": (
+        "ppo",
+        "--env CartPole-v1 --total-frames 2000 --num-envs 4 --rollout-steps 16 --epochs 2 "
+        "--minibatch-size 16 --intrinsic icm --int-coef 0.5 --hidden 32 32",
+        3,
+    ),
+    # RND pretraining on PPG: the predictor's Bernoulli masks from the run's generator
+    "ppg-rnd-pretraining": (
+        "ppg",
+        "--env CartPole-v1 --total-frames 2000 --num-envs 4 --rollout-steps 8 --epochs 2 "
+        "--minibatch-size 16 --n-pi 4 --aux-epochs 2 --aux-minibatches 4 "
+        "--intrinsic rnd --pretraining true --hidden 32 32",
+        7,
+    ),
     # saved at phase iteration 3 of 4 (three batches in the auxiliary buffer, one auxiliary
     # phase behind it): the update on the saved batch runs the next auxiliary phase on the
     # restored buffer, with its own optimiser and minibatches of rollouts
@@ -312,6 +328,8 @@ def _check_coverage(case: str, saved: Mapping[str, Any], after: Mapping[str, Any
         assert "obs_norm" in saved["modules"]
     if case == "ppo":
         assert "reward_norm" in saved["modules"]
+    if case in ("ppo-icm", "ppg-rnd-pretraining"):  # the bonus and its optimiser
+        assert "intrinsic" in saved["modules"] and "intrinsic_optimizer" in saved["optimizers"]
     if case == "ppo-running-adv":  # three batches of 64 advantages
         assert saved["modules"]["adv_norm"]["stats.count"] == 192
     if algo == "ppg":  # saved mid-cycle; the update ran the auxiliary phase

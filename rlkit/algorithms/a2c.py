@@ -6,7 +6,11 @@ in the torch-free :mod:`rlkit.configs.a2c` and are imported here under their old
 
 from __future__ import annotations
 
-from rlkit.algorithms.onpolicy import PolicyGradientLearner, build_actor_critic
+from rlkit.algorithms.onpolicy import (
+    PolicyGradientLearner,
+    attach_intrinsic_from_config,
+    build_actor_critic,
+)
 from rlkit.configs import a2c as _config
 from rlkit.configs.a2c import PRESETS, A2CConfig
 from rlkit.objectives import A2CLoss
@@ -25,7 +29,7 @@ def build(cfg: A2CConfig, env) -> PolicyGradientLearner:
         value_coef=cfg.value_coef,
         normalize_advantage=cfg.normalize_advantage,
     )
-    return PolicyGradientLearner(
+    learner = PolicyGradientLearner(
         algo="a2c",
         actor=actor,
         critic=critic,
@@ -34,6 +38,8 @@ def build(cfg: A2CConfig, env) -> PolicyGradientLearner:
         cfg=cfg,
         obs_norm=obs_norm,
     )
+    attach_intrinsic_from_config(learner, cfg, env)
+    return learner
 
 
 # 6. fit -------------------------------------------------------------------------------------

@@ -13,7 +13,11 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from rlkit.algorithms.onpolicy import PolicyGradientLearner, make_optimizer
+from rlkit.algorithms.onpolicy import (
+    PolicyGradientLearner,
+    attach_intrinsic_from_config,
+    make_optimizer,
+)
 from rlkit.configs import daac as _config
 from rlkit.configs.daac import PRESETS, DAACConfig
 from rlkit.modules.daac_networks import DAACNetworks, daac_networks
@@ -120,7 +124,8 @@ class DAACLearner(PolicyGradientLearner):
 
     # ---------------------------------------------------------------- Learner interface
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        return {"optimizer": self.optimizer, "value_optimizer": self.value_optimizer}
+        optimizers = {"optimizer": self.optimizer, "value_optimizer": self.value_optimizer}
+        return optimizers | self._intrinsic_optimizers()
 
     def state_dict(self) -> dict[str, Any]:
         return super().state_dict() | {"batches_seen": self.batches_seen}
@@ -161,7 +166,7 @@ class DAACLearner(PolicyGradientLearner):
         return self._groups
 
     def prepare(self, batch: TensorDictBase, ctx: Context):
-        sched = self.apply_schedules(ctx.progress)
+        sched = self.apply_schedules(ctx.progress) | self.mix_intrinsic(batch, ctx)
         with torch.no_grad():
             self.estimator(batch)  # GAE with the value network; writes state_value too
         return self.loss.standardize_batch(batch.reshape(-1)), sched
@@ -169,7 +174,8 @@ class DAACLearner(PolicyGradientLearner):
     def phases(self) -> list[list[LossGroup]]:
         """The policy phase, then (every ``--value-freq`` batches) the value phase."""
         policy, value = self.loss_groups()
-        return [[policy], [value]] if self.batches_seen % self.cfg.value_freq == 0 else [[policy]]
+        first = [policy, *self.intrinsic_groups()]
+        return [first, [value]] if self.batches_seen % self.cfg.value_freq == 0 else [first]
 
     def finish(self, batch: TensorDictBase, result: Mapping[str, float], ctx: Context):
         self.batches_seen += 1
@@ -193,7 +199,7 @@ def build(cfg: DAACConfig, env) -> DAACLearner:
     value_loss = DAACValueLoss(
         nets.critic, value_coef=cfg.value_coef, value_clip_epsilon=cfg.value_clip
     )
-    return DAACLearner(
+    learner = DAACLearner(
         nets=nets,
         estimator=estimator,
         loss=loss,
@@ -201,6 +207,8 @@ def build(cfg: DAACConfig, env) -> DAACLearner:
         cfg=cfg,
         loss_schedules=cfg.loss_schedules,
     )
+    attach_intrinsic_from_config(learner, cfg, env)
+    return learner
 
 
 # 6. fit -------------------------------------------------------------------------------------

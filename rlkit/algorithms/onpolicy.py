@@ -12,6 +12,7 @@ here under their old names.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -27,6 +28,7 @@ from rlkit.configs.onpolicy import (  # noqa: F401 (re-exported)
 )
 from rlkit.data.minibatch import minibatch_indices
 from rlkit.modules.builders import actor_critic_networks
+from rlkit.objectives.intrinsic import IntrinsicReward, make_intrinsic
 from rlkit.training import schedules
 from rlkit.training.engine import Context, Learner
 from rlkit.training.update import LossContractError, LossGroup, update_loop
@@ -135,12 +137,101 @@ class PolicyGradientLearner(Learner):
         self.nets["adv_norm"] = norm
         return norm
 
+    # ---------------------------------------------------------------- intrinsic reward
+    #: the attached intrinsic reward (:meth:`attach_intrinsic`), or None
+    intrinsic: IntrinsicReward | None = None
+
+    def attach_intrinsic(
+        self,
+        bonus: IntrinsicReward,
+        *,
+        int_coef: float,
+        ext_coef: float = 1.0,
+        lr: float | None = None,
+    ) -> None:
+        """Learn from ``ext_coef * r_ext + int_coef * r_int``, ``r_int`` written by ``bonus``
+        (:class:`~rlkit.objectives.intrinsic.IntrinsicReward`) into each batch before the
+        estimator runs (``keys.INTRINSIC_REWARD``; the reward the collector wrote is replaced
+        by the mix, the logged episode returns stay extrinsic). The bonus's loss trains its
+        own parameters with an optimiser of its own (``intrinsic_optimizer``, at ``lr``, else
+        the policy's, on the same schedule), as a group in lockstep with the policy's first
+        phase. ``ext_coef=0`` is pretraining: the extrinsic reward is not learned from."""
+        if int_coef <= 0 or ext_coef < 0:
+            raise ValueError(
+                f"attach_intrinsic: int_coef must be > 0 and ext_coef >= 0, got {int_coef} "
+                f"and {ext_coef}"
+            )
+        self.intrinsic = bonus
+        self.int_coef, self.ext_coef = float(int_coef), float(ext_coef)
+        self.intrinsic_lr = lr
+        params = [p for p in bonus.parameters() if p.requires_grad]
+        cfg = self.cfg
+        settings = dict(optimizer=cfg.optimizer, lr=lr or cfg.lr, adam_eps=cfg.adam_eps)
+        settings["weight_decay"] = getattr(cfg, "weight_decay", None)
+        self.intrinsic_optimizer = make_optimizer(SimpleNamespace(**settings), params)
+
+    def intrinsic_groups(self) -> list[LossGroup]:
+        """The intrinsic reward's loss group (none without :meth:`attach_intrinsic`)."""
+        if self.intrinsic is None:
+            return []
+        if not hasattr(self, "_intrinsic_groups"):
+            self._intrinsic_groups = [
+                LossGroup(
+                    "intrinsic",
+                    self.intrinsic.loss,
+                    self.intrinsic_optimizer,
+                    epochs=self.cfg.epochs,
+                    max_grad_norm=self.cfg.max_grad_norm,
+                    grad_name="intrinsic_grad_norm",
+                )
+            ]
+        return self._intrinsic_groups
+
+    @torch.no_grad()
+    def mix_intrinsic(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
+        """Write ``keys.INTRINSIC_REWARD`` and the mixed reward into ``batch`` (nothing
+        without an intrinsic reward); returns the bonus's metrics."""
+        if self.intrinsic is None:
+            return {}
+        if hasattr(self.intrinsic.loss, "generator"):
+            self.intrinsic.loss.generator = ctx.generator  # RND's predictor mask
+        time_first = (
+            keys.TIME_DIM_NAME in batch.names and batch.names.index(keys.TIME_DIM_NAME) == 0
+        )
+
+        def env_major(x: torch.Tensor) -> torch.Tensor:  # the bonus wants [N, T, ...]
+            return x.transpose(0, 1) if time_first else x
+
+        reward = self.intrinsic.intrinsic_reward(
+            env_major(batch.get(keys.OBSERVATION)),
+            env_major(batch.get(keys.ACTION)),
+            env_major(batch.get(keys.NEXT_OBSERVATION)),
+            all_gather=ctx.all_gather,
+        )
+        reward = env_major(reward)
+        extrinsic = batch.get(keys.REWARD)
+        batch.set(keys.INTRINSIC_REWARD, reward)
+        batch.set(keys.REWARD, self.ext_coef * extrinsic + self.int_coef * reward.to(extrinsic))
+        return {
+            "intrinsic_reward_mean": float(reward.mean()),
+            "intrinsic_reward_max": float(reward.max()),
+            "intrinsic_return_std": float(self.intrinsic.return_scaler.stats.std),
+        }
+
     # ---------------------------------------------------------------- Learner interface
     def modules(self) -> dict[str, nn.Module]:
-        return dict(self.nets.items())
+        out = dict(self.nets.items())
+        if self.intrinsic is not None:
+            out["intrinsic"] = self.intrinsic
+        return out
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        return {"optimizer": self.optimizer}
+        return {"optimizer": self.optimizer} | self._intrinsic_optimizers()
+
+    def _intrinsic_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        if self.intrinsic is None:
+            return {}
+        return {"intrinsic_optimizer": self.intrinsic_optimizer}
 
     @property
     def frames_per_batch(self) -> int:
@@ -167,6 +258,9 @@ class PolicyGradientLearner(Learner):
             lr = cfg.lr
         schedules.set_lr(self.optimizer, lr)
         out = {"lr": lr}
+        if self.intrinsic is not None:
+            base = self.intrinsic_lr or cfg.lr
+            schedules.set_lr(self.intrinsic_optimizer, base * lr / cfg.lr)
         for name, (start, end) in self.loss_schedules.items():
             # a coefficient annealed to 0 stays just above it so validation holds
             value = schedules.linear(start, end, progress)
@@ -200,6 +294,10 @@ class PolicyGradientLearner(Learner):
             ]
         return self._groups
 
+    def first_phase(self) -> list[LossGroup]:
+        """The policy's groups and, in lockstep, the intrinsic reward's (if attached)."""
+        return [*self.loss_groups(), *self.intrinsic_groups()]
+
     def update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
         flat, sched = self.prepare(batch, ctx)
         result: dict[str, float] = {}
@@ -216,7 +314,7 @@ class PolicyGradientLearner(Learner):
     def phases(self) -> list[list[LossGroup]]:
         """The loss groups of this batch's update, as phases run one after the other (the
         groups of a phase in lockstep): one phase of :meth:`loss_groups` here."""
-        return [self.loss_groups()]
+        return [self.first_phase()]
 
     def finish(
         self, batch: TensorDictBase, result: Mapping[str, float], ctx: Context
@@ -231,7 +329,7 @@ class PolicyGradientLearner(Learner):
         """The update before its gradient steps: schedules, then the estimator's advantages
         and targets; returns the flat data the loop trains on and the schedules' values
         (a population runs each member's ``prepare``, then all members' steps at once)."""
-        sched = self.apply_schedules(ctx.progress)
+        sched = self.apply_schedules(ctx.progress) | self.mix_intrinsic(batch, ctx)
         with torch.no_grad():
             self.estimator(batch)
             if self.adv_norm is not None:  # every rank's advantages: the same statistics
@@ -286,4 +384,20 @@ def build_actor_critic(
         init_log_std=cfg.init_log_std,
         actor_hidden=cfg.actor_layers,
         critic_hidden=cfg.critic_layers,
+    )
+
+
+def attach_intrinsic_from_config(learner: PolicyGradientLearner, cfg, env) -> None:
+    """``--intrinsic NAME`` (``--int-coef``, ``--ext-coef``, ``--pretraining``,
+    ``--intrinsic-lr``, ``--gamma-int``): build the intrinsic reward for ``env`` and attach it
+    to ``learner`` (nothing when ``--intrinsic none`` or the config has no such flag)."""
+    name = getattr(cfg, "intrinsic", "none")
+    if name == "none":
+        return
+    bonus = make_intrinsic(name, env, gamma_int=cfg.gamma_int)
+    learner.attach_intrinsic(
+        bonus,
+        int_coef=cfg.int_coef,
+        ext_coef=0.0 if cfg.pretraining else cfg.ext_coef,
+        lr=cfg.intrinsic_lr,
     )

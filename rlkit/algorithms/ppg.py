@@ -15,7 +15,11 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from rlkit import keys
-from rlkit.algorithms.onpolicy import PolicyGradientLearner, make_optimizer
+from rlkit.algorithms.onpolicy import (
+    PolicyGradientLearner,
+    attach_intrinsic_from_config,
+    make_optimizer,
+)
 from rlkit.configs import ppg as _config
 from rlkit.configs.ppg import PRESETS, PPGConfig
 from rlkit.modules.ppg_networks import PPGNetworks, ppg_networks
@@ -146,7 +150,7 @@ class PPGLearner(PolicyGradientLearner):
         out = {"optimizer": self.optimizer, "value_optimizer": self.value_optimizer}
         if self.aux_optimizer is not None:
             out["aux_optimizer"] = self.aux_optimizer
-        return out
+        return out | self._intrinsic_optimizers()
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
@@ -211,13 +215,13 @@ class PPGLearner(PolicyGradientLearner):
 
     def update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
         cfg = self.cfg
-        sched = self.apply_schedules(ctx.progress)
+        sched = self.apply_schedules(ctx.progress) | self.mix_intrinsic(batch, ctx)
         with torch.no_grad():
             self.estimator(batch)
         flat = batch.reshape(-1)  # a new TensorDict: setting a key leaves ``batch`` alone
         if cfg.full_batch_advantage_norm:
             flat.set(keys.ADVANTAGE, standardize(flat.get(keys.ADVANTAGE)))
-        result = update_loop(self.loss_groups(), flat, ctx, minibatches=self._minibatches)
+        result = update_loop(self.first_phase(), flat, ctx, minibatches=self._minibatches)
         if cfg.aux_epochs > 0:
             self.buffer.append(self._store(batch))
         self.phase_iteration += 1
@@ -314,7 +318,7 @@ def build(cfg: PPGConfig, env) -> PPGLearner:
         value_coef=cfg.aux_true_value_coef,
         value_clip_epsilon=cfg.value_clip,
     )
-    return PPGLearner(
+    learner = PPGLearner(
         nets=nets,
         estimator=estimator,
         loss=loss,
@@ -322,6 +326,8 @@ def build(cfg: PPGConfig, env) -> PPGLearner:
         cfg=cfg,
         loss_schedules=cfg.loss_schedules,
     )
+    attach_intrinsic_from_config(learner, cfg, env)
+    return learner
 
 
 # 6. fit -------------------------------------------------------------------------------------

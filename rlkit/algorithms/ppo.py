@@ -6,7 +6,11 @@ in the torch-free :mod:`rlkit.configs.ppo` and are imported here under their old
 
 from __future__ import annotations
 
-from rlkit.algorithms.onpolicy import PolicyGradientLearner, build_actor_critic
+from rlkit.algorithms.onpolicy import (
+    PolicyGradientLearner,
+    attach_intrinsic_from_config,
+    build_actor_critic,
+)
 from rlkit.configs import ppo as _config
 from rlkit.configs.ppo import PRESETS, PPOConfig
 from rlkit.objectives import PPOLoss
@@ -27,7 +31,7 @@ def build(cfg: PPOConfig, env) -> PolicyGradientLearner:
         value_clip_epsilon=cfg.value_clip,
         normalize_advantage=cfg.normalize_advantage,
     )
-    return PolicyGradientLearner(
+    learner = PolicyGradientLearner(
         algo="ppo",
         actor=actor,
         critic=critic,
@@ -37,6 +41,8 @@ def build(cfg: PPOConfig, env) -> PolicyGradientLearner:
         obs_norm=obs_norm,
         loss_schedules=cfg.loss_schedules,
     )
+    attach_intrinsic_from_config(learner, cfg, env)
+    return learner
 
 
 # 6. fit -------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlkit.configs.onpolicy import ClipConfig
+from rlkit.configs.onpolicy import ClipConfig, IntrinsicConfig
 from rlkit.training.config import non_negative, positive
 
 #: ``--advantage-target`` choices, the regression targets of the advantage head: the
@@ -40,7 +40,7 @@ def _help(text: str, **kw: Any) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class DAACConfig(ClipConfig):
+class DAACConfig(IntrinsicConfig, ClipConfig):
     """Train DAAC. Defaults solve CartPole-v1; flags override (see --help).
 
     Flags of DAAC (on top of the on-policy ones; ``--epochs`` is the policy epochs)."""

@@ -265,3 +265,74 @@ class ClipConfig(OnPolicyConfig):
         if self.clip_epsilon_final is None:
             return {}
         return {"clip_epsilon": (self.clip_epsilon, self.clip_epsilon_final)}
+
+
+#: ``--intrinsic`` choices (rlkit.objectives.intrinsic.INTRINSIC_REWARDS, and none)
+INTRINSIC_CHOICES = ("none", "rnd", "icm")
+
+
+@dataclass(frozen=True)
+class IntrinsicConfig:
+    """Flags of an intrinsic reward attached to a policy-gradient recipe (PPO, A2C, PPG,
+    DAAC): ``--intrinsic NAME``, the reward's mix and ``--pretraining``.
+
+    Mixed in before the recipe's config class (``class PPOConfig(IntrinsicConfig,
+    ClipConfig)``), so its ``__post_init__`` runs the rest of the chain first."""
+
+    intrinsic: str = field(
+        default="none",
+        metadata=_help(
+            "an intrinsic reward learned alongside the policy: rnd (novelty, Random Network "
+            "Distillation) or icm (curiosity, Intrinsic Curiosity Module); none: off",
+            choices=INTRINSIC_CHOICES,
+        ),
+    )
+    int_coef: float = field(
+        default=0.5,
+        metadata=_help(
+            "weight of the intrinsic reward in the reward learned from, "
+            "ext_coef x extrinsic + int_coef x intrinsic (with --intrinsic)"
+        ),
+    )
+    ext_coef: float = field(
+        default=1.0, metadata=_help("weight of the extrinsic reward (with --intrinsic)")
+    )
+    pretraining: bool = field(
+        default=False,
+        metadata=_help(
+            "learn from the intrinsic reward only (the extrinsic return is still logged and "
+            "evaluated); fine-tune afterwards with --init-from this run's checkpoint"
+        ),
+    )
+    intrinsic_lr: float | None = field(
+        default=None,
+        metadata=_help(
+            "learning rate of the intrinsic reward's networks (none: --lr, same schedule)"
+        ),
+    )
+    gamma_int: float = field(
+        default=0.99,
+        metadata=_help("discount of the intrinsic return whose spread scales the bonus"),
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()  # type: ignore[misc]
+        non_negative(self, "int_coef", "ext_coef")
+        positive(self, "intrinsic_lr")
+        in_unit_interval(self, "gamma_int")
+        if self.intrinsic == "none":
+            if self.pretraining:
+                raise ValueError(
+                    "--pretraining learns from an intrinsic reward only, and there is none: "
+                    "add --intrinsic rnd or --intrinsic icm"
+                )
+            return
+        if self.int_coef == 0:
+            raise ValueError(
+                f"--intrinsic {self.intrinsic} with --int-coef 0 would learn nothing from it: "
+                "set --int-coef > 0 or drop --intrinsic"
+            )
+        if self.ext_coef == 0 and not self.pretraining:
+            raise ValueError(
+                "--ext-coef 0 learns from the intrinsic reward only: say so with --pretraining"
+            )

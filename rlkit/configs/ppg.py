@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlkit.configs import ppo
-from rlkit.configs.onpolicy import ClipConfig
+from rlkit.configs.onpolicy import ClipConfig, IntrinsicConfig
 from rlkit.training.config import non_negative, positive
 
 #: ``--arch`` choices: separate policy and value networks, or one trunk
@@ -41,7 +41,7 @@ def _help(text: str, **kw: Any) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class PPGConfig(ClipConfig):
+class PPGConfig(IntrinsicConfig, ClipConfig):
     """Train PPG. Defaults solve CartPole-v1; flags override (see --help).
 
     On top of the on-policy flags (``--epochs`` is the policy epochs)."""

@@ -612,6 +612,8 @@ def build_population(build, cfg, env) -> PopulationLearner:
         for name in ("normalize_obs", "normalize_reward", "running_advantage_norm")
         if getattr(cfg, name, False)
     ]
+    if getattr(cfg, "intrinsic", "none") != "none":
+        refused.append("--intrinsic")
     if refused:
         raise ValueError(
             f"--population does not support {', '.join(refused)} yet (their statistics would be "

@@ -1,0 +1,367 @@
+r"""Intrinsic rewards as a part: a module that reads a batch's transitions, writes an
+intrinsic reward, and trains with a loss of its own in the shared update loop.
+
+An :class:`IntrinsicReward` has two faces:
+
+* :meth:`IntrinsicReward.intrinsic_reward` (no gradient): the bonus of every step of an
+  ``[N, T]`` batch (envs first), from the step's observation :math:`s`, action :math:`a` and
+  next observation :math:`s'`, scaled by the running standard deviation of its discounted
+  (non-episodic) return, as RND scales its bonus; the statistics it needs (inputs, returns)
+  are updated first, from every rank's data.
+* :attr:`IntrinsicReward.loss`: a loss module returning ``loss_*`` terms whose gradients reach
+  only the bonus's own parameters, trained by a :class:`~rlkit.training.update.LossGroup` of
+  its own optimiser, in lockstep with the policy's minibatches.
+
+Two families:
+
+* :class:`RNDReward` -- novelty: Random Network Distillation (Burda et al. 2018), the
+  predictor's error at :math:`s'` (:class:`~rlkit.objectives.rnd.RND`).
+* :class:`ICM` -- curiosity: the Intrinsic Curiosity Module (Pathak et al. 2017), the error
+  of a forward model that predicts the features of :math:`s'` from those of :math:`s` and
+  the action, in a feature space learned by an inverse model (which action led from
+  :math:`s` to :math:`s'`).
+
+A policy-gradient learner mixes the bonus into the reward it learns from
+(:meth:`rlkit.algorithms.onpolicy.PolicyGradientLearner.attach_intrinsic`):
+:math:`r = c_E r^E + c_I r^I` (``--ext-coef``, ``--int-coef``; ``--pretraining`` learns from
+:math:`c_I r^I` alone, the extrinsic return still logged). :func:`make_intrinsic` builds one
+from an env's specs, what ``--intrinsic NAME`` does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from tensordict import NestedKey, TensorDict, TensorDictBase
+from torch import Tensor, nn
+
+from rlkit import keys
+from rlkit.modules.networks import mlp
+from rlkit.modules.normalization import RunningMeanStd
+from rlkit.objectives.common import LossBase, require_keys
+from rlkit.objectives.rnd import RND, ReturnScaler, RNDPredictorLoss
+
+__all__ = [
+    "ICM",
+    "INTRINSIC_REWARDS",
+    "ICMLoss",
+    "IntrinsicReward",
+    "RNDReward",
+    "make_intrinsic",
+]
+
+LOSS_ICM_INVERSE = "loss_icm_inverse"
+LOSS_ICM_FORWARD = "loss_icm_forward"
+_COLLECTOR = "the collector writes it"
+
+#: the names ``--intrinsic`` accepts (besides ``none``)
+INTRINSIC_REWARDS = ("rnd", "icm")
+
+
+class IntrinsicReward(nn.Module):
+    """Base class of an intrinsic reward: :meth:`intrinsic_reward` and :attr:`loss`.
+
+    Subclasses implement :meth:`raw_bonus` (``[N, T]``, no gradient) and :meth:`observe`
+    (merge a batch into input statistics); the scaling by the discounted return's spread is
+    shared (:class:`~rlkit.objectives.rnd.ReturnScaler`, non-episodic).
+    """
+
+    name = "intrinsic"
+    #: the bonus's loss (``loss_*`` terms); not a submodule (it only refers to this module)
+    loss: nn.Module
+
+    @property
+    def return_scaler(self) -> ReturnScaler:
+        """The non-episodic :class:`~rlkit.objectives.rnd.ReturnScaler` of the bonus."""
+        raise NotImplementedError
+
+    @property
+    def num_envs(self) -> int:
+        return self.return_scaler.num_envs
+
+    def observe(self, obs: Tensor, action: Tensor, next_obs: Tensor) -> None:
+        """Merge a batch into the input statistics (nothing by default)."""
+
+    def raw_bonus(self, obs: Tensor, action: Tensor, next_obs: Tensor) -> Tensor:
+        """The unscaled bonus of every step, ``[N, T]``."""
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def intrinsic_reward(
+        self,
+        obs: Tensor,
+        action: Tensor,
+        next_obs: Tensor,
+        *,
+        update_stats: bool = True,
+        all_gather: Callable[[Tensor], Tensor] | None = None,
+    ) -> Tensor:
+        r"""The intrinsic reward ``[N, T, 1]`` of an ``[N, T]`` batch (envs first).
+
+        With ``update_stats`` (training): the inputs enter the statistics (every rank's, via
+        ``all_gather``), then the raw bonus :math:`e_t` is computed, each env's discounted
+        return :math:`R_t = \gamma_I R_{t-1} + e_t` advances and enters the return
+        statistics, and :math:`r^I_t = e_t / \sigma(R)`."""
+        if obs.dim() < 2 or obs.shape[0] != self.num_envs:
+            raise ValueError(
+                f"{type(self).__name__}: observations of shape {list(obs.shape)} must be "
+                f"[N, T, ...] with N = num_envs = {self.num_envs} (envs first, time second)"
+            )
+        if update_stats:
+            gather = all_gather or (lambda t: t)
+            self.observe(gather(obs), gather(action), gather(next_obs))
+        raw = self.raw_bonus(obs, action, next_obs)
+        scaled = self.return_scaler(raw, update_stats=update_stats, all_gather=all_gather)
+        return scaled.unsqueeze(-1)
+
+
+# --------------------------------------------------------------------------- RND
+class RNDReward(IntrinsicReward):
+    """RND (:class:`~rlkit.objectives.rnd.RND`) as an :class:`IntrinsicReward`: the bonus of a
+    step is the predictor's error at :math:`s'`; :attr:`loss` is
+    :class:`~rlkit.objectives.rnd.RNDPredictorLoss` (``loss_predictor``). Keyword arguments
+    go to :class:`~rlkit.objectives.rnd.RND`."""
+
+    name = "rnd"
+
+    def __init__(self, obs_shape: Sequence[int] | int, *, num_envs: int, **kwargs) -> None:
+        super().__init__()
+        self.rnd = RND(obs_shape, num_envs=num_envs, **kwargs)
+        self.__dict__["loss"] = RNDPredictorLoss(self.rnd)
+
+    @property
+    def return_scaler(self) -> ReturnScaler:
+        return self.rnd.return_scaler
+
+    def observe(self, obs: Tensor, action: Tensor, next_obs: Tensor) -> None:
+        self.rnd.obs_stats.update(next_obs)
+
+    def raw_bonus(self, obs: Tensor, action: Tensor, next_obs: Tensor) -> Tensor:
+        return self.rnd.prediction_error(next_obs)
+
+
+# --------------------------------------------------------------------------- ICM
+class ICM(IntrinsicReward):
+    r"""The Intrinsic Curiosity Module (Pathak, Agrawal, Efros, Darrell 2017).
+
+    Observations are standardised with running statistics and clipped (as RND's),
+    :math:`x = \mathrm{clip}((s - \mu)/\sigma, -c, c)`, and encoded, :math:`\phi(x)`. An
+    inverse model :math:`g(\phi(x), \phi(x'))` predicts the action (logits over the actions
+    for a discrete space, the action itself for a continuous one); a forward model
+    :math:`f(\phi(x), a)` predicts :math:`\phi(x')` (a discrete action enters one-hot). The
+    raw bonus of a step is the forward model's error,
+
+    .. math:: e_t = \tfrac12 \lVert f(\phi(x_t), a_t) - \phi(x'_t) \rVert_2^2 ,
+
+    scaled by the running std of its discounted return (:class:`IntrinsicReward`; the
+    paper's :math:`\eta` is a constant factor this cancels). The loss is
+
+    .. math:: (1 - \beta) L_I + \beta L_F,\quad
+        L_F = \tfrac12 \lVert f(\mathrm{sg}[\phi(x)], a) - \mathrm{sg}[\phi(x')] \rVert^2,
+
+    with :math:`L_I` the cross-entropy (discrete) or squared error (continuous) of the
+    inverse model, both averaged over the minibatch; :math:`\beta` = ``beta`` (0.2 in the
+    paper).
+
+    Deviation from the paper: the forward loss does not train the encoder (``sg`` above),
+    so the features are those the inverse model needs, and the forward loss cannot shrink
+    them towards a trivial prediction; the paper's code lets both losses reach it.
+
+    Args:
+        obs_shape: the observation shape (flattened into the networks' input).
+        num_envs: envs of a batch (rows of :meth:`intrinsic_reward`'s inputs).
+        action_dim: the number of actions (``discrete``) or the action's width.
+        discrete: whether actions are categorical (index or one-hot).
+        feature_dim, hidden, activation: the encoder's output width, and every network's
+            hidden widths and activation.
+        beta: the forward loss's weight in (0, 1).
+        obs_clip: :math:`c > 0`.
+        gamma_int: the discount of the return that scales the bonus.
+    """
+
+    name = "icm"
+
+    def __init__(
+        self,
+        obs_shape: Sequence[int] | int,
+        *,
+        num_envs: int,
+        action_dim: int,
+        discrete: bool,
+        feature_dim: int = 64,
+        hidden: Sequence[int] = (64, 64),
+        activation: str = "relu",
+        beta: float = 0.2,
+        obs_clip: float = 5.0,
+        gamma_int: float = 0.99,
+    ) -> None:
+        super().__init__()
+        if not 0 < beta < 1:
+            raise ValueError(f"ICM: beta must be in (0, 1), got {beta!r}")
+        if not (obs_clip > 0 and math.isfinite(obs_clip)):
+            raise ValueError(f"ICM: obs_clip must be a finite number > 0, got {obs_clip!r}")
+        if isinstance(action_dim, bool) or not isinstance(action_dim, int) or action_dim < 1:
+            raise ValueError(f"ICM: action_dim must be an int >= 1, got {action_dim!r}")
+        self.obs_shape = torch.Size([obs_shape] if isinstance(obs_shape, int) else obs_shape)
+        self.action_dim, self.discrete = action_dim, bool(discrete)
+        self.beta, self.obs_clip, self.feature_dim = float(beta), float(obs_clip), feature_dim
+        width = int(self.obs_shape.numel())
+        net = dict(hidden=tuple(hidden), activation=activation)
+        self.encoder = mlp(width, feature_dim, **net)
+        self.inverse = mlp(2 * feature_dim, action_dim, **net)
+        self.forward_model = mlp(feature_dim + action_dim, feature_dim, **net)
+        self.obs_stats = RunningMeanStd(self.obs_shape)
+        self.scaler = ReturnScaler(num_envs=num_envs, gamma=gamma_int, episodic=False)
+        self.__dict__["loss"] = ICMLoss(self)
+
+    @property
+    def return_scaler(self) -> ReturnScaler:
+        return self.scaler
+
+    def extra_repr(self) -> str:
+        kind = "discrete" if self.discrete else "continuous"
+        return (
+            f"obs_shape={tuple(self.obs_shape)}, num_envs={self.num_envs}, "
+            f"actions={self.action_dim} ({kind}), beta={self.beta}"
+        )
+
+    # ----------------------------------------------------------------- pieces
+    def features(self, obs: Tensor) -> Tensor:
+        r""":math:`\phi(x)` of observations ``[*, *O]``, ``[*, feature_dim]``."""
+        lead = obs.shape[: obs.dim() - len(self.obs_shape)]
+        if obs.shape[len(lead) :] != self.obs_shape:
+            raise ValueError(
+                f"ICM expects observations [*, {', '.join(map(str, self.obs_shape))}], got a "
+                f"tensor of shape {list(obs.shape)}"
+            )
+        x = self.obs_stats.normalize(obs.float(), clip=self.obs_clip)
+        return self.encoder(x.reshape(*lead, -1))
+
+    def encode_action(self, action: Tensor, lead: torch.Size) -> Tensor:
+        """Actions as the forward model's input ``[*lead, action_dim]`` (one-hot if discrete)."""
+        if not self.discrete:
+            return action.reshape(*lead, self.action_dim).float()
+        if action.is_floating_point() and action.shape[-1:] == (self.action_dim,):
+            return action.reshape(*lead, self.action_dim)  # one-hot already
+        index = action.reshape(lead).long()
+        return F.one_hot(index, self.action_dim).float()
+
+    def action_index(self, action: Tensor, lead: torch.Size) -> Tensor:
+        """Discrete actions as indices ``[*lead]``."""
+        if action.is_floating_point() and action.shape[-1:] == (self.action_dim,):
+            return action.reshape(*lead, self.action_dim).argmax(-1)
+        return action.reshape(lead).long()
+
+    def forward_error(self, phi: Tensor, action: Tensor, phi_next: Tensor) -> Tensor:
+        r""":math:`\tfrac12 \lVert f(\phi, a) - \phi' \rVert^2` per sample."""
+        lead = phi.shape[:-1]
+        pred = self.forward_model(torch.cat([phi, self.encode_action(action, lead)], -1))
+        return 0.5 * (pred - phi_next).square().sum(-1)
+
+    # ----------------------------------------------------------------- IntrinsicReward
+    def observe(self, obs: Tensor, action: Tensor, next_obs: Tensor) -> None:
+        self.obs_stats.update(next_obs)
+
+    def raw_bonus(self, obs: Tensor, action: Tensor, next_obs: Tensor) -> Tensor:
+        return self.forward_error(self.features(obs), action, self.features(next_obs))
+
+
+class ICMLoss(LossBase):
+    r"""ICM's loss, :math:`(1-\beta) L_I + \beta L_F` (:class:`ICM`), as two terms:
+    ``loss_icm_inverse`` (trains the encoder and the inverse model) and ``loss_icm_forward``
+    (the forward model only). Reads ``observation``, ``action`` and ``("next",
+    "observation")`` of a minibatch (renamable with ``set_keys``)."""
+
+    @dataclass
+    class _AcceptedKeys:
+        """Input keys, renamable with ``loss.set_keys(name=key)``."""
+
+        observation: NestedKey = keys.OBSERVATION
+        action: NestedKey = keys.ACTION
+        next_observation: NestedKey = keys.NEXT_OBSERVATION
+
+    def __init__(self, icm: ICM) -> None:
+        super().__init__()
+        self.__dict__["icm"] = icm  # not a submodule: the ICM holds this loss
+
+    @property
+    def in_keys(self) -> list[NestedKey]:
+        k = self.tensor_keys
+        return [k.observation, k.action, k.next_observation]
+
+    @property
+    def out_keys(self) -> list[str]:
+        return [LOSS_ICM_INVERSE, LOSS_ICM_FORWARD]
+
+    def make_value_estimator(self, value_type: object = None, **hyperparams: object) -> None:
+        raise NotImplementedError("ICMLoss has no value estimator")
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDict:
+        require_keys(tensordict, dict.fromkeys(self.in_keys, _COLLECTOR), owner="ICMLoss")
+        icm, k = self.icm, self.tensor_keys
+        obs, action = tensordict.get(k.observation), tensordict.get(k.action)
+        phi, phi_next = icm.features(obs), icm.features(tensordict.get(k.next_observation))
+        lead = phi.shape[:-1]
+        pred = icm.inverse(torch.cat([phi, phi_next], -1))
+        if icm.discrete:
+            inverse = F.cross_entropy(pred.reshape(-1, icm.action_dim),
+                                      icm.action_index(action, lead).reshape(-1))  # fmt: skip
+        else:
+            inverse = (pred - icm.encode_action(action, lead)).square().sum(-1).mean()
+        forward = icm.forward_error(phi.detach(), action, phi_next.detach()).mean()
+        out = {
+            LOSS_ICM_INVERSE: (1 - icm.beta) * inverse,
+            LOSS_ICM_FORWARD: icm.beta * forward,
+        }
+        return TensorDict(out, batch_size=[])
+
+
+# --------------------------------------------------------------------------- builder
+def _spaces(env) -> tuple[torch.Size, int, bool]:
+    """Observation shape, action size and whether actions are discrete, from env specs."""
+    from torchrl.data import Categorical, OneHot
+
+    batch = len(env.batch_size)
+    obs_shape = env.observation_spec[keys.OBSERVATION].shape[batch:]
+    spec = env.action_spec
+    if isinstance(spec, Categorical):
+        return obs_shape, int(spec.space.n), True
+    if isinstance(spec, OneHot):
+        return obs_shape, int(spec.shape[-1]), True
+    shape = spec.shape[batch:]
+    if len(shape) != 1:
+        raise ValueError(
+            f"intrinsic rewards need a flat action vector, got action shape {list(shape)}"
+        )
+    return obs_shape, int(shape[0]), False
+
+
+def make_intrinsic(name: str, env, *, gamma_int: float = 0.99) -> IntrinsicReward:
+    """The intrinsic reward ``name`` (``rnd`` or ``icm``, default sizes: 64 features, two
+    hidden layers of 64, ReLU) for ``env``'s observations and actions and its number of envs.
+
+    RND keeps a random quarter of each minibatch for its predictor, as ``recipes/rnd.py``."""
+    obs_shape, action_dim, discrete = _spaces(env)
+    if len(obs_shape) != 1:
+        raise ValueError(
+            f"--intrinsic {name} builds MLPs over flat vector observations, got shape "
+            f"{list(obs_shape)}: drop --intrinsic for this env"
+        )
+    num_envs = int(env.batch_size.numel())
+    if name == "rnd":
+        return RNDReward(obs_shape, num_envs=num_envs, gamma_int=gamma_int, update_proportion=0.25)
+    if name == "icm":
+        return ICM(
+            obs_shape,
+            num_envs=num_envs,
+            action_dim=action_dim,
+            discrete=discrete,
+            gamma_int=gamma_int,
+        )
+    raise ValueError(
+        f"unknown intrinsic reward {name!r}: choose one of {', '.join(INTRINSIC_REWARDS)}"
+    )
