@@ -64,6 +64,7 @@ RECIPES = sorted(p.stem for p in (ROOT / "recipes").glob("*.py"))
         "recipes/daac.md",
         "recipes/svpg.md",
         "recipes/rnd.md",
+        "intrinsic.md",
     ],
 )
 def test_recipe_pages_name_only_real_flags(page):
@@ -112,3 +113,10 @@ def test_training_page_imports_an_algorithm_as_research_code_does():
     assert blocks
     for i, block in enumerate(blocks):
         exec(compile(block, f"docs/training.md[{i}]", "exec"), {})
+
+
+def test_intrinsic_page_computes_a_bonus_and_its_losses(capsys):
+    (block,) = python_blocks(ROOT / "docs" / "intrinsic.md")
+    exec(compile(block, "docs/intrinsic.md", "exec"), {})
+    printed = capsys.readouterr().out
+    assert printed.strip() == "(2, 8, 1) ['loss_icm_forward', 'loss_icm_inverse']"
