@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from tensordict import TensorDict
 
 from rlkit import algorithms, keys
+from rlkit.keys import MissingKeyError
 from rlkit.objectives.intrinsic import ICM, RNDReward, make_intrinsic
 from rlkit.training import checkpoint as ckpt
 from rlkit.training import parse_config
@@ -74,7 +75,7 @@ def test_icm_loss_is_the_papers_weighted_sum_and_trains_the_right_networks(discr
     obs, nxt = torch.randn(7, 3, generator=g), torch.randn(7, 3, generator=g)
     action = torch.randint(0, 4, (7,), generator=g) if discrete else torch.randn(7, 2, generator=g)
     td = TensorDict({keys.OBSERVATION: obs, keys.ACTION: action, keys.NEXT_OBSERVATION: nxt}, [7])
-    out = icm.loss(td)
+    out = icm.bonus_loss(td)
     with torch.no_grad():
         m, s = icm.obs_stats.mean.float(), (icm.obs_stats.var.float() + 1e-8).sqrt()
         phi = _linear_relu_linear(icm.encoder, ((obs - m) / s).clamp(-5, 5))
@@ -97,7 +98,7 @@ def test_icm_loss_is_the_papers_weighted_sum_and_trains_the_right_networks(discr
         ("loss_icm_inverse", ["encoder", "inverse"], ["forward_model"]),
     ]:
         icm.zero_grad(set_to_none=True)
-        icm.loss(td)[term].backward()
+        icm.bonus_loss(td)[term].backward()
         for name in trained:
             assert all(p.grad is not None for p in getattr(icm, name).parameters()), term
         for name in untouched:
@@ -116,7 +117,7 @@ def test_icm_bonus_of_a_learned_transition_drops_below_an_unseen_one():
             {keys.OBSERVATION: obs, keys.ACTION: torch.ones(64, dtype=torch.long),
              keys.NEXT_OBSERVATION: obs + 0.3}, [64])  # fmt: skip
         opt.zero_grad()
-        out = icm.loss(td)
+        out = icm.bonus_loss(td)
         (out["loss_icm_inverse"] + out["loss_icm_forward"]).backward()
         opt.step()
     phi = icm.features(torch.cat([seen, seen]))
@@ -124,6 +125,34 @@ def test_icm_bonus_of_a_learned_transition_drops_below_an_unseen_one():
         learned = icm.forward_error(phi[:1], torch.tensor([1]), icm.features(seen + 0.3))
         surprising = icm.forward_error(phi[1:], torch.tensor([1]), icm.features(seen - 2.0))
     assert float(learned) < 0.1 * float(surprising)
+
+
+@pytest.mark.parametrize("kind", ["icm", "rnd"])
+def test_the_intrinsic_loss_adds_the_critics_regression_which_trains_only_the_critic(kind):
+    torch.manual_seed(0)
+    if kind == "icm":
+        bonus = _icm(value_coef=0.7)
+    else:
+        bonus = RNDReward((3,), num_envs=2, value_coef=0.7, feature_dim=4, target_hidden=(8,),
+                          predictor_hidden=(8,), update_proportion=1.0)  # fmt: skip
+    g = torch.Generator().manual_seed(5)
+    obs, nxt = torch.randn(9, 3, generator=g), torch.randn(9, 3, generator=g)
+    target = torch.randn(9, 1, generator=g)
+    td = TensorDict({keys.OBSERVATION: obs, keys.ACTION: torch.randint(0, 4, (9,)),
+                     keys.NEXT_OBSERVATION: nxt, keys.INTRINSIC_VALUE_TARGET: target}, [9])  # fmt: skip
+    out = bonus.loss(td)
+    assert set(out.keys()) == {*bonus.bonus_loss.out_keys, "loss_intrinsic_value"}
+    with torch.no_grad():
+        value = bonus.critic(bonus.normalize(obs))
+    expected = 0.7 * 0.5 * (value - target).square().mean()
+    torch.testing.assert_close(out["loss_intrinsic_value"], expected)
+    bonus.zero_grad(set_to_none=True)
+    out["loss_intrinsic_value"].backward()
+    grads = {n for n, p in bonus.named_parameters() if p.grad is not None}
+    assert grads and all(n.startswith("critic.") for n in grads), grads
+    del td[keys.INTRINSIC_VALUE_TARGET]
+    with pytest.raises(MissingKeyError, match="intrinsic_value_target"):
+        bonus.loss(td)
 
 
 def test_make_intrinsic_sizes_from_the_env_and_refuses_pixels():
@@ -169,43 +198,77 @@ SMALL = ["--env", "CartPole-v1", "--num-envs", "2", "--rollout-steps", "16", "--
          "--minibatch-size", "16", "--epochs", "2"]  # fmt: skip
 
 
+def _textbook_non_episodic_gae(reward, value, last_next_value, gamma, lmbda):
+    """GAE over [N, T] rows ignoring episode ends; V(s_{t+1}) is the next row entry."""
+    n, t_max = reward.shape
+    adv = torch.zeros(n, t_max)
+    for i in range(n):
+        running = 0.0
+        for t in reversed(range(t_max)):
+            nxt = value[i, t + 1] if t + 1 < t_max else last_next_value[i]
+            delta = reward[i, t] + gamma * nxt - value[i, t]
+            running = delta + gamma * lmbda * running
+            adv[i, t] = running
+    return adv, adv + value
+
+
 @pytest.mark.parametrize(
     ("algo", "extra", "ext", "intr"),
     [
         ("ppo", ["--intrinsic", "icm", "--int-coef", "0.3", "--ext-coef", "2"], 2.0, 0.3),
-        ("a2c", ["--intrinsic", "rnd"], 1.0, 0.5),
+        ("a2c", ["--intrinsic", "rnd", "--gamma-int", "0.9"], 1.0, 0.5),
         ("daac", ["--intrinsic", "icm", "--int-coef", "1"], 1.0, 1.0),
         ("ppg", ["--intrinsic", "rnd", "--pretraining", "true"], 0.0, 0.5),
     ],
 )
-def test_the_learner_learns_from_the_mixed_reward(algo, extra, ext, intr):
+def test_the_policy_learns_from_both_streams_advantages(algo, extra, ext, intr):
+    """A = ext_coef A_ext + int_coef A_int: A_ext from the recipe's own estimator on the
+    extrinsic reward, A_int a non-episodic GAE of the bonus's reward and critic."""
     learner, batch, ctx, collector = _learner_and_batch(algo, [*SMALL, *extra])
-    extrinsic = batch.get(keys.REWARD).clone()
+    bonus, cfg = learner.intrinsic, learner.cfg
+    reward_before = batch.get(keys.REWARD).clone()
     returns_before = batch.get(keys.EPISODE_RETURN).clone()
     seen = {}
-    estimator_forward = learner.estimator.forward
+    estimator_forward, bonus_reward = learner.estimator.forward, bonus.intrinsic_reward
 
-    def spy(td, *args, **kw):  # the reward the estimator reads
-        seen["reward"] = td.get(keys.REWARD).clone()
-        seen["intrinsic"] = td.get(keys.INTRINSIC_REWARD).clone()
-        return estimator_forward(td, *args, **kw)
+    def spy_estimator(td, *args, **kw):
+        out = estimator_forward(td, *args, **kw)
+        seen["reward"] = td.get(keys.REWARD).clone()  # what the estimator read
+        seen["advantage"] = td.get(keys.ADVANTAGE).clone()
+        return out
 
-    learner.estimator.forward = spy
-    bonus_before = [p.detach().clone() for p in learner.intrinsic.parameters() if p.requires_grad]
-    policy_params = {id(p) for g in learner.optimizer.param_groups for p in g["params"]}
+    def spy_bonus(obs, action, next_obs, **kw):
+        reward = bonus_reward(obs, action, next_obs, **kw)  # statistics updated
+        with torch.no_grad():  # the critic as the learner scores it
+            seen["value"] = bonus.value(obs).squeeze(-1)
+            seen["last"] = bonus.value(next_obs[:, -1]).squeeze(-1)
+        seen["intrinsic"] = reward.squeeze(-1)
+        return reward
+
+    learner.estimator.forward, bonus.intrinsic_reward = spy_estimator, spy_bonus
+    bonus_before = [p.detach().clone() for p in bonus.parameters() if p.requires_grad]
+    policy_params = {id(p) for o in learner.optimizers().values() if o is not
+                     learner.intrinsic_optimizer for g in o.param_groups for p in g["params"]}  # fmt: skip
     metrics = learner.update(batch, ctx)
     collector.shutdown()
     r_int = seen["intrinsic"]
-    assert r_int.shape == extrinsic.shape and bool((r_int >= 0).all()) and float(r_int.sum()) > 0
-    torch.testing.assert_close(seen["reward"], ext * extrinsic + intr * r_int)
+    assert bool((r_int >= 0).all()) and float(r_int.sum()) > 0
+    torch.testing.assert_close(seen["reward"], reward_before)  # the estimator: extrinsic only
+    a_int, target = _textbook_non_episodic_gae(
+        r_int, seen["value"], seen["last"], cfg.gamma_int, cfg.gae_lambda
+    )
+    shape = seen["advantage"].shape
+    torch.testing.assert_close(batch.get(keys.INTRINSIC_ADVANTAGE).reshape(2, -1), a_int)
+    torch.testing.assert_close(batch.get(keys.INTRINSIC_VALUE_TARGET).reshape(2, -1), target)
+    expected = ext * seen["advantage"] + intr * a_int.reshape(shape)
+    torch.testing.assert_close(batch.get(keys.ADVANTAGE), expected)
     torch.testing.assert_close(batch.get(keys.EPISODE_RETURN), returns_before)  # still extrinsic
     assert metrics["intrinsic_reward_mean"] == pytest.approx(float(r_int.mean()), rel=1e-5)
-    # the bonus trained, with its own optimiser (none of its parameters in the policy's)
-    after = [p for p in learner.intrinsic.parameters() if p.requires_grad]
+    # the bonus and its critic trained, with their own optimiser
+    after = [p for p in bonus.parameters() if p.requires_grad]
     assert any(not torch.equal(a, b) for a, b in zip(after, bonus_before, strict=True))
     assert not policy_params & {id(p) for p in after}
-    assert set(learner.optimizers()) >= {"optimizer", "intrinsic_optimizer"}
-    assert "intrinsic" in learner.modules()
+    assert "intrinsic" in learner.modules() and "intrinsic_optimizer" in learner.optimizers()
 
 
 def test_a_pretraining_checkpoint_warm_starts_a_run_without_the_bonus(tmp_path):

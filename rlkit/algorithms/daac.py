@@ -166,9 +166,10 @@ class DAACLearner(PolicyGradientLearner):
         return self._groups
 
     def prepare(self, batch: TensorDictBase, ctx: Context):
-        sched = self.apply_schedules(ctx.progress) | self.mix_intrinsic(batch, ctx)
+        sched = self.apply_schedules(ctx.progress)
         with torch.no_grad():
             self.estimator(batch)  # GAE with the value network; writes state_value too
+            sched |= self.intrinsic_advantage(batch, ctx)
         return self.loss.standardize_batch(batch.reshape(-1)), sched
 
     def phases(self) -> list[list[LossGroup]]:

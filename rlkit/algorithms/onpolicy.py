@@ -28,10 +28,12 @@ from rlkit.configs.onpolicy import (  # noqa: F401 (re-exported)
 )
 from rlkit.data.minibatch import minibatch_indices
 from rlkit.modules.builders import actor_critic_networks
+from rlkit.objectives.functional import explained_variance
 from rlkit.objectives.intrinsic import IntrinsicReward, make_intrinsic
 from rlkit.training import schedules
 from rlkit.training.engine import Context, Learner
 from rlkit.training.update import LossContractError, LossGroup, update_loop
+from rlkit.value.functional import continuing_next_value, non_episodic_gae
 from rlkit.value.standardizer import RunningStandardizer
 
 
@@ -149,13 +151,15 @@ class PolicyGradientLearner(Learner):
         ext_coef: float = 1.0,
         lr: float | None = None,
     ) -> None:
-        """Learn from ``ext_coef * r_ext + int_coef * r_int``, ``r_int`` written by ``bonus``
-        (:class:`~rlkit.objectives.intrinsic.IntrinsicReward`) into each batch before the
-        estimator runs (``keys.INTRINSIC_REWARD``; the reward the collector wrote is replaced
-        by the mix, the logged episode returns stay extrinsic). The bonus's loss trains its
-        own parameters with an optimiser of its own (``intrinsic_optimizer``, at ``lr``, else
-        the policy's, on the same schedule), as a group in lockstep with the policy's first
-        phase. ``ext_coef=0`` is pretraining: the extrinsic reward is not learned from."""
+        """Learn from the advantage ``ext_coef * A_ext + int_coef * A_int``, as RND-PPO's
+        two streams: the learner's estimator and critic see the extrinsic reward only;
+        ``bonus`` (:class:`~rlkit.objectives.intrinsic.IntrinsicReward`) writes the
+        intrinsic reward, and its own critic's non-episodic GAE gives ``A_int``
+        (:meth:`intrinsic_advantage`). The bonus's loss (its own terms and its critic's
+        regression) trains its parameters with an optimiser of its own
+        (``intrinsic_optimizer``, at ``lr``, else the policy's, on the same schedule), as a
+        group in lockstep with the policy's first phase. ``ext_coef=0`` is pretraining: the
+        policy learns from the intrinsic stream alone (the extrinsic critic still trains)."""
         if int_coef <= 0 or ext_coef < 0:
             raise ValueError(
                 f"attach_intrinsic: int_coef must be > 0 and ext_coef >= 0, got {int_coef} "
@@ -188,34 +192,47 @@ class PolicyGradientLearner(Learner):
         return self._intrinsic_groups
 
     @torch.no_grad()
-    def mix_intrinsic(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
-        """Write ``keys.INTRINSIC_REWARD`` and the mixed reward into ``batch`` (nothing
-        without an intrinsic reward); returns the bonus's metrics."""
-        if self.intrinsic is None:
+    def intrinsic_advantage(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
+        """After the estimator: the intrinsic stream of ``batch`` (nothing without an
+        intrinsic reward). Writes ``keys.INTRINSIC_REWARD`` (the bonus's, its statistics
+        updated first), the non-episodic GAE of the bonus's critic (``gamma_int``, the
+        estimator's lambda) as ``keys.INTRINSIC_ADVANTAGE`` and
+        ``keys.INTRINSIC_VALUE_TARGET``, and replaces ``keys.ADVANTAGE`` with
+        ``ext_coef * A_ext + int_coef * A_int``; returns the stream's metrics."""
+        bonus = self.intrinsic
+        if bonus is None:
             return {}
-        if hasattr(self.intrinsic.loss, "generator"):
-            self.intrinsic.loss.generator = ctx.generator  # RND's predictor mask
+        bonus.loss.generator = ctx.generator  # RND's predictor mask, from the run's stream
         time_first = (
             keys.TIME_DIM_NAME in batch.names and batch.names.index(keys.TIME_DIM_NAME) == 0
         )
 
-        def env_major(x: torch.Tensor) -> torch.Tensor:  # the bonus wants [N, T, ...]
+        def env_major(x: torch.Tensor) -> torch.Tensor:  # [N, T, ...] (and back)
             return x.transpose(0, 1) if time_first else x
 
-        reward = self.intrinsic.intrinsic_reward(
-            env_major(batch.get(keys.OBSERVATION)),
-            env_major(batch.get(keys.ACTION)),
-            env_major(batch.get(keys.NEXT_OBSERVATION)),
-            all_gather=ctx.all_gather,
+        obs = env_major(batch.get(keys.OBSERVATION))
+        next_obs = env_major(batch.get(keys.NEXT_OBSERVATION))
+        reward = bonus.intrinsic_reward(
+            obs, env_major(batch.get(keys.ACTION)), next_obs, all_gather=ctx.all_gather
+        )  # [N, T, 1]
+        value = bonus.value(obs)
+        next_value = continuing_next_value(value, bonus.value(next_obs))
+        lmbda = getattr(self.cfg, "gae_lambda", 0.95)
+        advantage, target = non_episodic_gae(
+            reward, value, next_value, gamma=bonus.return_scaler.gamma, lmbda=lmbda
         )
-        reward = env_major(reward)
-        extrinsic = batch.get(keys.REWARD)
-        batch.set(keys.INTRINSIC_REWARD, reward)
-        batch.set(keys.REWARD, self.ext_coef * extrinsic + self.int_coef * reward.to(extrinsic))
+        extrinsic = batch.get(keys.ADVANTAGE)
+        intrinsic = env_major(advantage).reshape(extrinsic.shape).to(extrinsic)
+        batch.set(keys.INTRINSIC_REWARD, env_major(reward).reshape(batch.get(keys.REWARD).shape))
+        batch.set(keys.INTRINSIC_ADVANTAGE, intrinsic)
+        batch.set(keys.INTRINSIC_VALUE_TARGET, env_major(target).reshape(extrinsic.shape))
+        batch.set(keys.ADVANTAGE, self.ext_coef * extrinsic + self.int_coef * intrinsic)
         return {
             "intrinsic_reward_mean": float(reward.mean()),
             "intrinsic_reward_max": float(reward.max()),
-            "intrinsic_return_std": float(self.intrinsic.return_scaler.stats.std),
+            "intrinsic_return_std": float(bonus.return_scaler.stats.std),
+            "intrinsic_advantage_std": float(advantage.std()),
+            "intrinsic_explained_variance": float(explained_variance(value, target)),
         }
 
     # ---------------------------------------------------------------- Learner interface
@@ -329,9 +346,10 @@ class PolicyGradientLearner(Learner):
         """The update before its gradient steps: schedules, then the estimator's advantages
         and targets; returns the flat data the loop trains on and the schedules' values
         (a population runs each member's ``prepare``, then all members' steps at once)."""
-        sched = self.apply_schedules(ctx.progress) | self.mix_intrinsic(batch, ctx)
+        sched = self.apply_schedules(ctx.progress)
         with torch.no_grad():
             self.estimator(batch)
+            sched |= self.intrinsic_advantage(batch, ctx)
             if self.adv_norm is not None:  # every rank's advantages: the same statistics
                 self.adv_norm(batch, samples=ctx.all_gather(batch.get(keys.ADVANTAGE)))
         return batch.reshape(-1), sched

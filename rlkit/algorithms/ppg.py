@@ -215,9 +215,10 @@ class PPGLearner(PolicyGradientLearner):
 
     def update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
         cfg = self.cfg
-        sched = self.apply_schedules(ctx.progress) | self.mix_intrinsic(batch, ctx)
+        sched = self.apply_schedules(ctx.progress)
         with torch.no_grad():
             self.estimator(batch)
+            sched |= self.intrinsic_advantage(batch, ctx)
         flat = batch.reshape(-1)  # a new TensorDict: setting a key leaves ``batch`` alone
         if cfg.full_batch_advantage_norm:
             flat.set(keys.ADVANTAGE, standardize(flat.get(keys.ADVANTAGE)))

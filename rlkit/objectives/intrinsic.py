@@ -8,9 +8,13 @@ An :class:`IntrinsicReward` has two faces:
   next observation :math:`s'`, scaled by the running standard deviation of its discounted
   (non-episodic) return, as RND scales its bonus; the statistics it needs (inputs, returns)
   are updated first, from every rank's data.
-* :attr:`IntrinsicReward.loss`: a loss module returning ``loss_*`` terms whose gradients reach
-  only the bonus's own parameters, trained by a :class:`~rlkit.training.update.LossGroup` of
-  its own optimiser, in lockstep with the policy's minibatches.
+* :meth:`IntrinsicReward.value`: the bonus's own critic :math:`V_I(s)`, the value of the
+  intrinsic stream, non-episodic (episode ends do not cut it) with its own discount
+  :math:`\gamma_I`, as RND-PPO's intrinsic value head;
+* :attr:`IntrinsicReward.loss`: a loss module returning ``loss_*`` terms (the bonus's own,
+  and ``loss_intrinsic_value``, the critic's regression to its GAE target) whose gradients
+  reach only the bonus's parameters, trained by a :class:`~rlkit.training.update.LossGroup`
+  of its own optimiser, in lockstep with the policy's minibatches.
 
 Two families:
 
@@ -21,11 +25,13 @@ Two families:
   the action, in a feature space learned by an inverse model (which action led from
   :math:`s` to :math:`s'`).
 
-A policy-gradient learner mixes the bonus into the reward it learns from
-(:meth:`rlkit.algorithms.onpolicy.PolicyGradientLearner.attach_intrinsic`):
-:math:`r = c_E r^E + c_I r^I` (``--ext-coef``, ``--int-coef``; ``--pretraining`` learns from
-:math:`c_I r^I` alone, the extrinsic return still logged). :func:`make_intrinsic` builds one
-from an env's specs, what ``--intrinsic NAME`` does.
+A policy-gradient learner combines the two streams' advantages, as RND-PPO does
+(:meth:`rlkit.algorithms.onpolicy.PolicyGradientLearner.attach_intrinsic`): its own
+estimator and critic see the extrinsic reward only, the bonus's critic and a non-episodic
+GAE give :math:`A^I`, and the loss reads :math:`A = c_E A^E + c_I A^I` (``--ext-coef``,
+``--int-coef``; ``--pretraining``: :math:`c_I A^I` alone, the extrinsic return still logged
+and its critic still trained). :func:`make_intrinsic` builds one from an env's specs, what
+``--intrinsic NAME`` does.
 """
 
 from __future__ import annotations
@@ -50,12 +56,14 @@ __all__ = [
     "INTRINSIC_REWARDS",
     "ICMLoss",
     "IntrinsicReward",
+    "IntrinsicLoss",
     "RNDReward",
     "make_intrinsic",
 ]
 
 LOSS_ICM_INVERSE = "loss_icm_inverse"
 LOSS_ICM_FORWARD = "loss_icm_forward"
+LOSS_INTRINSIC_VALUE = "loss_intrinsic_value"
 _COLLECTOR = "the collector writes it"
 
 #: the names ``--intrinsic`` accepts (besides ``none``)
@@ -65,14 +73,32 @@ INTRINSIC_REWARDS = ("rnd", "icm")
 class IntrinsicReward(nn.Module):
     """Base class of an intrinsic reward: :meth:`intrinsic_reward` and :attr:`loss`.
 
-    Subclasses implement :meth:`raw_bonus` (``[N, T]``, no gradient) and :meth:`observe`
-    (merge a batch into input statistics); the scaling by the discounted return's spread is
-    shared (:class:`~rlkit.objectives.rnd.ReturnScaler`, non-episodic).
+    Subclasses implement :meth:`raw_bonus` (``[N, T]``, no gradient), :meth:`observe`
+    (merge a batch into input statistics), :meth:`normalize` (observations as the networks'
+    input), :attr:`return_scaler` and ``bonus_loss`` (the bonus's own ``loss_*`` terms), and
+    call :meth:`_build_critic`; the scaling by the discounted return's spread
+    (:class:`~rlkit.objectives.rnd.ReturnScaler`, non-episodic), the intrinsic critic and
+    :attr:`loss` are shared.
     """
 
     name = "intrinsic"
-    #: the bonus's loss (``loss_*`` terms); not a submodule (it only refers to this module)
+    #: the bonus's own loss terms (a loss module; not a submodule: it refers to this one)
+    bonus_loss: nn.Module
+    #: ``bonus_loss`` plus the intrinsic critic's regression (:class:`IntrinsicLoss`)
     loss: nn.Module
+
+    def _build_critic(self, width: int, *, value_coef: float, hidden: Sequence[int]) -> None:
+        """The intrinsic critic ``V_I``: an MLP (tanh) from the normalised observation."""
+        self.critic = mlp(width, 1, hidden=tuple(hidden), activation="tanh")
+        self.__dict__["loss"] = IntrinsicLoss(self, value_coef=value_coef)
+
+    def normalize(self, obs: Tensor) -> Tensor:
+        """Observations ``[*, *O]`` as the networks' input ``[*, numel(O)]``."""
+        raise NotImplementedError
+
+    def value(self, obs: Tensor) -> Tensor:
+        """:math:`V_I(s)` of observations ``[*, *O]``, ``[*, 1]``."""
+        return self.critic(self.normalize(obs))
 
     @property
     def return_scaler(self) -> ReturnScaler:
@@ -128,10 +154,24 @@ class RNDReward(IntrinsicReward):
 
     name = "rnd"
 
-    def __init__(self, obs_shape: Sequence[int] | int, *, num_envs: int, **kwargs) -> None:
+    def __init__(
+        self,
+        obs_shape: Sequence[int] | int,
+        *,
+        num_envs: int,
+        value_coef: float = 0.5,
+        critic_hidden: Sequence[int] = (64, 64),
+        **kwargs,
+    ) -> None:
         super().__init__()
         self.rnd = RND(obs_shape, num_envs=num_envs, **kwargs)
-        self.__dict__["loss"] = RNDPredictorLoss(self.rnd)
+        self.__dict__["bonus_loss"] = RNDPredictorLoss(self.rnd)
+        self._build_critic(
+            int(self.rnd.obs_shape.numel()), value_coef=value_coef, hidden=critic_hidden
+        )
+
+    def normalize(self, obs: Tensor) -> Tensor:
+        return self.rnd.normalize(obs)
 
     @property
     def return_scaler(self) -> ReturnScaler:
@@ -198,6 +238,7 @@ class ICM(IntrinsicReward):
         beta: float = 0.2,
         obs_clip: float = 5.0,
         gamma_int: float = 0.99,
+        value_coef: float = 0.5,
     ) -> None:
         super().__init__()
         if not 0 < beta < 1:
@@ -216,7 +257,8 @@ class ICM(IntrinsicReward):
         self.forward_model = mlp(feature_dim + action_dim, feature_dim, **net)
         self.obs_stats = RunningMeanStd(self.obs_shape)
         self.scaler = ReturnScaler(num_envs=num_envs, gamma=gamma_int, episodic=False)
-        self.__dict__["loss"] = ICMLoss(self)
+        self.__dict__["bonus_loss"] = ICMLoss(self)
+        self._build_critic(width, value_coef=value_coef, hidden=hidden)
 
     @property
     def return_scaler(self) -> ReturnScaler:
@@ -230,8 +272,8 @@ class ICM(IntrinsicReward):
         )
 
     # ----------------------------------------------------------------- pieces
-    def features(self, obs: Tensor) -> Tensor:
-        r""":math:`\phi(x)` of observations ``[*, *O]``, ``[*, feature_dim]``."""
+    def normalize(self, obs: Tensor) -> Tensor:
+        """``clip((obs - mean) / std, -obs_clip, obs_clip)``, flattened to ``[*, numel(O)]``."""
         lead = obs.shape[: obs.dim() - len(self.obs_shape)]
         if obs.shape[len(lead) :] != self.obs_shape:
             raise ValueError(
@@ -239,7 +281,11 @@ class ICM(IntrinsicReward):
                 f"tensor of shape {list(obs.shape)}"
             )
         x = self.obs_stats.normalize(obs.float(), clip=self.obs_clip)
-        return self.encoder(x.reshape(*lead, -1))
+        return x.reshape(*lead, -1)
+
+    def features(self, obs: Tensor) -> Tensor:
+        r""":math:`\phi(x)` of observations ``[*, *O]``, ``[*, feature_dim]``."""
+        return self.encoder(self.normalize(obs))
 
     def encode_action(self, action: Tensor, lead: torch.Size) -> Tensor:
         """Actions as the forward model's input ``[*lead, action_dim]`` (one-hot if discrete)."""
@@ -317,6 +363,69 @@ class ICMLoss(LossBase):
             LOSS_ICM_INVERSE: (1 - icm.beta) * inverse,
             LOSS_ICM_FORWARD: icm.beta * forward,
         }
+        return TensorDict(out, batch_size=[])
+
+
+# --------------------------------------------------------------------------- the loss
+class IntrinsicLoss(LossBase):
+    r"""An intrinsic reward's loss: its bonus's own terms (``bonus_loss``, e.g.
+    ``loss_predictor``) and the intrinsic critic's regression to the non-episodic GAE target
+    the learner wrote,
+
+    .. math:: \text{loss\_intrinsic\_value} = c_V \cdot \tfrac12\,
+        \overline{(V_I(s) - \hat V_I)^2} .
+
+    Reads ``observation`` and ``intrinsic_value_target`` besides the bonus's keys."""
+
+    @dataclass
+    class _AcceptedKeys:
+        """Input keys, renamable with ``loss.set_keys(name=key)``."""
+
+        observation: NestedKey = keys.OBSERVATION
+        intrinsic_value_target: NestedKey = keys.INTRINSIC_VALUE_TARGET
+
+    def __init__(self, bonus: IntrinsicReward, *, value_coef: float = 0.5) -> None:
+        super().__init__()
+        if not (value_coef >= 0 and math.isfinite(value_coef)):
+            raise ValueError(f"IntrinsicLoss: value_coef must be >= 0, got {value_coef!r}")
+        self.__dict__["bonus"] = bonus  # not a submodule: the bonus holds this loss
+        self.value_coef = float(value_coef)
+
+    @property
+    def generator(self) -> torch.Generator | None:
+        """The bonus loss's random generator (RND's predictor mask), if it has one."""
+        return getattr(self.bonus.bonus_loss, "generator", None)
+
+    @generator.setter
+    def generator(self, value: torch.Generator | None) -> None:
+        if hasattr(self.bonus.bonus_loss, "generator"):
+            self.bonus.bonus_loss.generator = value
+
+    @property
+    def in_keys(self) -> list[NestedKey]:
+        k = self.tensor_keys
+        return list(dict.fromkeys([*self.bonus.bonus_loss.in_keys, k.observation,
+                                   k.intrinsic_value_target]))  # fmt: skip
+
+    @property
+    def out_keys(self) -> list[str]:
+        return [*self.bonus.bonus_loss.out_keys, LOSS_INTRINSIC_VALUE]
+
+    def make_value_estimator(self, value_type: object = None, **hyperparams: object) -> None:
+        raise NotImplementedError("IntrinsicLoss: the learner computes the intrinsic GAE")
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDict:
+        k = self.tensor_keys
+        require_keys(
+            tensordict,
+            {k.observation: _COLLECTOR,
+             k.intrinsic_value_target: "the learner writes it (the intrinsic stream's GAE)"},
+            owner="IntrinsicLoss",
+        )  # fmt: skip
+        out = dict(self.bonus.bonus_loss(tensordict).items())
+        value = self.bonus.value(tensordict.get(k.observation))
+        target = tensordict.get(k.intrinsic_value_target).reshape(value.shape)
+        out[LOSS_INTRINSIC_VALUE] = self.value_coef * 0.5 * (value - target).square().mean()
         return TensorDict(out, batch_size=[])
 
 
