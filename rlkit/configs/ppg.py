@@ -136,6 +136,10 @@ class PPGConfig(IntrinsicConfig, ClipConfig):
 PRESETS: dict[str, dict] = {
     # PPO's LunarLander preset (the same settings) plus the phase length
     "LunarLander-v3": dict(ppo.PRESETS["LunarLander-v3"], n_pi=8),
+    # sparse MountainCar (reward 1 at the goal), scored on MountainCar-v0 with sampled
+    # actions: PPO's preset (recipes/rnd.py's settings) plus the phase length; what
+    # --intrinsic rnd --pretraining is measured on (docs/intrinsic.md)
+    "rlkit/MountainCarSparse-v0": dict(ppo.PRESETS["rlkit/MountainCarSparse-v0"], n_pi=8),
     # pixel observations: the paper's Procgen settings, scaled to a CPU-sized batch
     "CarRacing-v3": dict(
         encoder="impala",
