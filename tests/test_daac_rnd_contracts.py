@@ -163,7 +163,7 @@ def reference_inputs(next_obs: torch.Tensor, clip: float) -> torch.Tensor:
 def test_rnd_bonus_scores_next_observations_against_a_reference(rnd):
     make, batches = rnd
     learner = make("--epochs", "1")
-    target, predictor = learner.rnd.target, copy.deepcopy(learner.rnd.predictor)
+    target, predictor = learner.intrinsic.rnd.target, copy.deepcopy(learner.intrinsic.rnd.predictor)
     gamma_int = learner.cfg.gamma_int
     batch = batches[0].clone()
     next_obs = batch[keys.NEXT_OBSERVATION]  # [N envs, T, 2]
@@ -185,11 +185,12 @@ def test_rnd_bonus_scores_next_observations_against_a_reference(rnd):
 
 def test_rnd_predictor_trains_on_next_observations_against_a_reference(rnd):
     # one minibatch (the batch) x 2 epochs: two Adam steps of the masked distillation loss
-    # on s', masks drawn from the run's generator, gradient clipped to --max-grad-norm
+    # on s', masks drawn from the run's generator (no clipping: the intrinsic group's norm
+    # also holds the intrinsic critic's gradient; Adam treats each parameter alone)
     make, batches = rnd
-    learner = make("--epochs", "2")
+    learner = make("--epochs", "2", "--max-grad-norm", "0")
     cfg = learner.cfg
-    target, predictor = learner.rnd.target, copy.deepcopy(learner.rnd.predictor)
+    target, predictor = learner.intrinsic.rnd.target, copy.deepcopy(learner.intrinsic.rnd.predictor)
     batch = batches[0].clone()
     x = reference_inputs(batch[keys.NEXT_OBSERVATION], cfg.rnd_obs_clip).reshape(64, -1)
     optimizer = torch.optim.Adam(predictor.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
@@ -201,29 +202,28 @@ def test_rnd_predictor_trains_on_next_observations_against_a_reference(rnd):
         error = (predictor(x) - goal).square().mean(-1)
         optimizer.zero_grad()
         ((error * mask).sum() / mask.sum()).backward()
-        torch.nn.utils.clip_grad_norm_(predictor.parameters(), cfg.max_grad_norm)
         optimizer.step()
 
-    before = snapshot(learner.rnd.predictor)
+    before = snapshot(learner.intrinsic.rnd.predictor)
     learner.update(batch, context())
-    assert not unchanged(before, learner.rnd.predictor)
-    for got, want in zip(learner.rnd.predictor.parameters(), predictor.parameters()):
+    assert not unchanged(before, learner.intrinsic.rnd.predictor)
+    for got, want in zip(learner.intrinsic.rnd.predictor.parameters(), predictor.parameters()):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
 def test_rnd_predictor_loss_declares_and_reads_only_the_next_observation(rnd):
     make, batches = rnd
     learner = make()
-    loss = learner.predictor_loss
+    loss = learner.intrinsic.bonus_loss
     assert isinstance(loss, RNDPredictorLoss)
     assert loss.in_keys == [keys.NEXT_OBSERVATION]
     flat = batches[0].reshape(-1)
     mask = torch.rand(64, generator=torch.Generator().manual_seed(1)) < 0.25
     loss.generator = torch.Generator().manual_seed(1)
     got = loss(flat.select(keys.NEXT_OBSERVATION))["loss_predictor"]
-    want = learner.rnd.predictor_loss(flat[keys.NEXT_OBSERVATION], mask=mask)
+    want = learner.intrinsic.rnd.predictor_loss(flat[keys.NEXT_OBSERVATION], mask=mask)
     torch.testing.assert_close(got, want)
-    wrong = learner.rnd.predictor_loss(flat[keys.OBSERVATION], mask=mask)
+    wrong = learner.intrinsic.rnd.predictor_loss(flat[keys.OBSERVATION], mask=mask)
     assert not torch.allclose(got, wrong)
 
 
@@ -232,12 +232,13 @@ def test_rnd_predictor_group_steps_in_lockstep_with_the_policy_group(rnd):
     make, batches = rnd
     learner = make("--epochs", "3", "--minibatch-size", "32")
     policy_steps = count_steps(learner.optimizer)
-    predictor_steps = count_steps(learner.predictor_optimizer)
+    predictor_steps = count_steps(learner.intrinsic_optimizer)
     metrics = learner.update(batches[0].clone(), context())
     assert (policy_steps[0], predictor_steps[0]) == (6, 6)
-    assert "loss_predictor" in metrics and "predictor_grad_norm" in metrics
-    groups = learner.loss_groups()
-    assert [g.name for g in groups] == ["policy", "predictor"]
+    assert "loss_predictor" in metrics and "intrinsic_grad_norm" in metrics
+    assert "loss_intrinsic_value" in metrics  # the intrinsic critic trains in the same group
+    groups = learner.first_phase()
+    assert [g.name for g in groups] == ["policy", "intrinsic"]
     assert [g.epochs for g in groups] == [3, 3]
 
 
@@ -247,6 +248,6 @@ def test_rnd_predictor_group_without_its_key_is_refused(rnd):
     make, batches = rnd
     learner = make()
     flat = batches[0].reshape(-1).exclude(keys.NEXT_OBSERVATION)
-    group = learner.loss_groups()[1]
-    with pytest.raises(MissingKeyError, match="RNDPredictorLoss.*next"):
+    group = learner.first_phase()[1]
+    with pytest.raises(MissingKeyError, match="IntrinsicLoss.*next"):
         update_loop([group], flat, context())

@@ -138,8 +138,9 @@ def test_the_intrinsic_loss_adds_the_critics_regression_which_trains_only_the_cr
     g = torch.Generator().manual_seed(5)
     obs, nxt = torch.randn(9, 3, generator=g), torch.randn(9, 3, generator=g)
     target = torch.randn(9, 1, generator=g)
-    td = TensorDict({keys.OBSERVATION: obs, keys.ACTION: torch.randint(0, 4, (9,)),
-                     keys.NEXT_OBSERVATION: nxt, keys.INTRINSIC_VALUE_TARGET: target}, [9])  # fmt: skip
+    entries = {keys.OBSERVATION: obs, keys.ACTION: torch.randint(0, 4, (9,)),
+               keys.NEXT_OBSERVATION: nxt, keys.INTRINSIC_VALUE_TARGET: target}  # fmt: skip
+    td = TensorDict(entries, [9])
     out = bonus.loss(td)
     assert set(out.keys()) == {*bonus.bonus_loss.out_keys, "loss_intrinsic_value"}
     with torch.no_grad():
@@ -247,8 +248,8 @@ def test_the_policy_learns_from_both_streams_advantages(algo, extra, ext, intr):
 
     learner.estimator.forward, bonus.intrinsic_reward = spy_estimator, spy_bonus
     bonus_before = [p.detach().clone() for p in bonus.parameters() if p.requires_grad]
-    policy_params = {id(p) for o in learner.optimizers().values() if o is not
-                     learner.intrinsic_optimizer for g in o.param_groups for p in g["params"]}  # fmt: skip
+    others = [o for o in learner.optimizers().values() if o is not learner.intrinsic_optimizer]
+    policy_params = {id(p) for o in others for g in o.param_groups for p in g["params"]}
     metrics = learner.update(batch, ctx)
     collector.shutdown()
     r_int = seen["intrinsic"]

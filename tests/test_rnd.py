@@ -408,17 +408,17 @@ def test_checkpoint_holds_and_restores_the_running_statistics(tmp_path):
     summary = main([*common, "--total-frames", "256"])
     assert summary["frames"] == 256
     payload = ckpt.load(tmp_path / "run" / "checkpoints" / "last.pt")
-    state = payload["modules"]["rnd"]
+    state = payload["modules"]["intrinsic"]  # the RND part (rlkit.objectives.intrinsic)
     # every next observation merged once (plus the 1e-4 prior), one return per frame
-    assert float(state["obs_stats.count"]) == pytest.approx(256, abs=1e-3)
-    assert float(state["return_scaler.stats.count"]) == pytest.approx(256, abs=1e-3)
-    assert "predictor" in payload["optimizers"]
+    assert float(state["rnd.obs_stats.count"]) == pytest.approx(256, abs=1e-3)
+    assert float(state["rnd.return_scaler.stats.count"]) == pytest.approx(256, abs=1e-3)
+    assert "intrinsic_optimizer" in payload["optimizers"]
     # resuming restores them and keeps counting from there
     resumed = main([*common, "--total-frames", "384", "--resume", "last"])
     assert resumed["frames"] == 384
-    state = ckpt.load(tmp_path / "run" / "checkpoints" / "last.pt")["modules"]["rnd"]
-    assert float(state["obs_stats.count"]) == pytest.approx(384, abs=1e-3)
-    assert float(state["return_scaler.stats.count"]) == pytest.approx(384, abs=1e-3)
+    state = ckpt.load(tmp_path / "run" / "checkpoints" / "last.pt")["modules"]["intrinsic"]
+    assert float(state["rnd.obs_stats.count"]) == pytest.approx(384, abs=1e-3)
+    assert float(state["rnd.return_scaler.stats.count"]) == pytest.approx(384, abs=1e-3)
 
 
 @pytest.mark.slow
@@ -428,6 +428,7 @@ def test_ddp_two_processes_keep_parameters_and_statistics_identical(tmp_path):
     flags += "--eval-every 0 --eval-episodes 1 --progress false"
     summary = run_ddp("rnd", run_dir, *flags.split())
     assert summary["frames"] == 1024  # 2 ranks x 4 envs x 32 steps x 4 batches
-    state = ckpt.load(run_dir / "checkpoints" / "last.pt")["modules"]["rnd"]
+    state = ckpt.load(run_dir / "checkpoints" / "last.pt")["modules"]["intrinsic"]
+    state = {k.removeprefix("rnd."): v for k, v in state.items()}
     # both ranks' observations were merged into the statistics
     assert float(state["obs_stats.count"]) == pytest.approx(1024, abs=1e-3)

@@ -150,7 +150,6 @@ def test_flag_puts_a_checkpointed_standardiser_in_the_update(recipe):
         ("ppo", [], r"add --normalize-advantage false"),
         ("impala", ["--normalize-advantage", "false"], "not supported by impala"),
         ("ppg", ["--normalize-advantage", "false"], "not supported by ppg"),
-        ("rnd", ["--normalize-advantage", "false"], "not supported by rnd"),
     ],
 )
 def test_unsupported_combinations_are_refused(recipe, argv, message, capsys):

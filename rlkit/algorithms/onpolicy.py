@@ -132,8 +132,8 @@ class PolicyGradientLearner(Learner):
         if not supported:
             raise ValueError(
                 f"--running-advantage-norm is not supported by {self.algo}, whose update "
-                "standardises its advantages its own way: drop the flag (ppo, a2c and appo "
-                "support it)"
+                "standardises its advantages its own way: drop the flag (ppo, a2c, appo and "
+                "rnd support it)"
             )
         norm = RunningStandardizer()
         self.nets["adv_norm"] = norm
@@ -160,10 +160,10 @@ class PolicyGradientLearner(Learner):
         (``intrinsic_optimizer``, at ``lr``, else the policy's, on the same schedule), as a
         group in lockstep with the policy's first phase. ``ext_coef=0`` is pretraining: the
         policy learns from the intrinsic stream alone (the extrinsic critic still trains)."""
-        if int_coef <= 0 or ext_coef < 0:
+        if int_coef < 0 or ext_coef < 0 or int_coef == ext_coef == 0:
             raise ValueError(
-                f"attach_intrinsic: int_coef must be > 0 and ext_coef >= 0, got {int_coef} "
-                f"and {ext_coef}"
+                f"attach_intrinsic: int_coef and ext_coef must be >= 0, not both 0, got "
+                f"{int_coef} and {ext_coef}"
             )
         self.intrinsic = bonus
         self.int_coef, self.ext_coef = float(int_coef), float(ext_coef)

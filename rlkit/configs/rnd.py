@@ -1,4 +1,4 @@
-"""RND-PPO: Exploration by Random Network Distillation (Burda et al. 2018), twin critic.
+"""RND-PPO: Exploration by Random Network Distillation (Burda et al. 2018).
 
     python recipes/rnd.py                                  # MountainCar, sparse reward
     python recipes/rnd.py --env MountainCar-v0             # MountainCar-v0's -1 per step
@@ -7,18 +7,21 @@
     python recipes/rnd.py --accelerator cpu --devices 2 --strategy ddp
     python recipes/rnd.py --help                           # every flag
 
+PPO with an intrinsic reward (recipes/ppo.py --intrinsic rnd, with the paper's 2:1 weights
+and RND's own flags).
+
 Algorithm box:
     1. config      RNDConfig (defaults, per-env preset, --config YAML, flags)
-    2. networks    actor pi(a|s); twin critic V_ext(s), V_int(s) (one trunk, two heads);
-                   RND: frozen random target f, trained predictor f_hat
+    2. networks    actor pi(a|s), critic V_ext(s); RND: frozen random target f, trained
+                   predictor f_hat, intrinsic critic V_int(s)
     3. bonus       r_int = ||f_hat(s') - f(s')||^2 / std(discounted intrinsic return)
-    4. estimator   TwinGAE: extrinsic GAE (episodic, gamma), intrinsic GAE (non-episodic,
-                   gamma_int)
-    5. losses      PPO clipped surrogate on ext_coef * A_ext + int_coef * A_int, both value
-                   heads' regressions, entropy bonus; predictor MSE on s' of a random
-                   update_proportion of each minibatch
+    4. estimator   GAE on the extrinsic reward (episodic, gamma); non-episodic GAE on r_int
+                   with V_int (gamma_int)
+    5. losses      PPO clipped surrogate on ext_coef * A_ext + int_coef * A_int, V_ext
+                   regression, entropy bonus; predictor MSE on s' of a random
+                   update_proportion of each minibatch, V_int regression
     6. learner     epochs x minibatches, the two losses in lockstep (policy/critic
-                   optimizer and predictor optimizer)
+                   optimizer and intrinsic optimizer)
     7. fit         the engine: collect, update, evaluate, checkpoint
 """
 
@@ -81,8 +84,16 @@ class RNDConfig(ClipConfig):
         default=5.0, metadata=_help("clip of the normalised observations fed to RND")
     )
     predictor_lr: float | None = field(
-        default=None, metadata=_help("predictor learning rate (none: --lr, same schedule)")
+        default=None,
+        metadata=_help(
+            "learning rate of the predictor and the intrinsic critic (none: --lr, same schedule)"
+        ),
     )
+
+    @property
+    def intrinsic(self) -> str:
+        """The intrinsic reward this recipe attaches (what ``--intrinsic`` says elsewhere)."""
+        return "rnd"
 
     def __post_init__(self) -> None:
         super().__post_init__()

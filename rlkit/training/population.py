@@ -612,8 +612,9 @@ def build_population(build, cfg, env) -> PopulationLearner:
         for name in ("normalize_obs", "normalize_reward", "running_advantage_norm")
         if getattr(cfg, name, False)
     ]
-    if getattr(cfg, "intrinsic", "none") != "none":
-        refused.append("--intrinsic")
+    if getattr(cfg, "intrinsic", "none") != "none":  # rnd.py's is not a flag: name it
+        fields = {f.name for f in dataclasses.fields(cfg)}
+        refused.append("--intrinsic" if "intrinsic" in fields else "an intrinsic reward")
     if refused:
         raise ValueError(
             f"--population does not support {', '.join(refused)} yet (their statistics would be "
