@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rlkit.configs import ppo
 from rlkit.configs.impala import VTraceConfig
 
 
@@ -84,28 +85,9 @@ PRESETS: dict[str, dict] = {
 # normalisation) with V-trace lambda 0.95 in place of GAE's; synchronous collection, and the
 # target pi_bar copied from pi after every batch (tau 1), so rho = pi_bar / mu is 1 at the
 # first epoch, as in the Pendulum preset
-_MUJOCO = dict(
-    total_frames=1_000_000,
-    num_envs=1,
-    rollout_steps=2048,
-    epochs=10,
-    minibatch_size=64,
-    lr=3e-4,
-    lr_schedule="linear",
-    gamma=0.99,
-    vtrace_lambda=0.95,
-    clip_epsilon=0.2,
-    value_clip=0.2,
-    entropy_coef=0.0,
-    value_coef=0.5,
-    max_grad_norm=0.5,
-    normalize_obs=True,
-    normalize_reward=True,
-    tau=1.0,
-    workers=1,
-    sync_collect=True,
-    eval_every=50_000,
-    target_return=None,
+_PPO_ONLY = ("gae_lambda", "clip_epsilon_final")  # GAE's lambda, the annealed clip range
+_MUJOCO = {k: v for k, v in ppo._MUJOCO.items() if k not in _PPO_ONLY} | dict(
+    vtrace_lambda=0.95, tau=1.0, workers=1, sync_collect=True
 )
 for _task in ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5"):
     PRESETS[_task] = dict(_MUJOCO)

@@ -49,7 +49,7 @@ from rlkit import keys
 from rlkit.modules.networks import mlp
 from rlkit.modules.normalization import RunningMeanStd
 from rlkit.objectives.common import LossBase, require_keys
-from rlkit.objectives.rnd import RND, ReturnScaler, RNDPredictorLoss
+from rlkit.objectives.rnd import RND, ReturnScaler, RNDPredictorLoss, normalized_flat
 
 __all__ = [
     "ICM",
@@ -274,14 +274,7 @@ class ICM(IntrinsicReward):
     # ----------------------------------------------------------------- pieces
     def normalize(self, obs: Tensor) -> Tensor:
         """``clip((obs - mean) / std, -obs_clip, obs_clip)``, flattened to ``[*, numel(O)]``."""
-        lead = obs.shape[: obs.dim() - len(self.obs_shape)]
-        if obs.shape[len(lead) :] != self.obs_shape:
-            raise ValueError(
-                f"ICM expects observations [*, {', '.join(map(str, self.obs_shape))}], got a "
-                f"tensor of shape {list(obs.shape)}"
-            )
-        x = self.obs_stats.normalize(obs.float(), clip=self.obs_clip)
-        return x.reshape(*lead, -1)
+        return normalized_flat(obs, self.obs_stats, self.obs_shape, self.obs_clip, owner="ICM")
 
     def features(self, obs: Tensor) -> Tensor:
         r""":math:`\phi(x)` of observations ``[*, *O]``, ``[*, feature_dim]``."""

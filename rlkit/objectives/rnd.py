@@ -159,6 +159,20 @@ class ReturnScaler(nn.Module):
         return (reward.double() * self.scale()).to(reward.dtype)
 
 
+def normalized_flat(
+    obs: Tensor, stats: RunningMeanStd, obs_shape: torch.Size, clip: float, *, owner: str
+) -> Tensor:
+    """``clip((obs - mean) / std, -clip, clip)`` of observations ``[*, *obs_shape]`` with
+    ``stats``, flattened to ``[*, numel(obs_shape)]`` (an exploration bonus's input)."""
+    lead = obs.shape[: obs.dim() - len(obs_shape)]
+    if obs.shape[len(lead) :] != obs_shape:
+        raise ValueError(
+            f"{owner} expects observations [*, {', '.join(map(str, obs_shape))}], got a "
+            f"tensor of shape {list(obs.shape)}"
+        )
+    return stats.normalize(obs.float(), clip=clip).reshape(*lead, -1)
+
+
 # --------------------------------------------------------------------------- the bonus
 class RND(nn.Module):
     r"""Random Network Distillation: target :math:`f`, predictor :math:`\hat f`, statistics.
@@ -266,14 +280,7 @@ class RND(nn.Module):
     # ----------------------------------------------------------------- networks
     def normalize(self, obs: Tensor) -> Tensor:
         """``clip((obs - mean) / std, -obs_clip, obs_clip)``, flattened to ``[*, numel(O)]``."""
-        lead = obs.shape[: obs.dim() - len(self.obs_shape)]
-        if obs.shape[len(lead) :] != self.obs_shape:
-            raise ValueError(
-                f"RND expects observations [*, {', '.join(map(str, self.obs_shape))}], got a "
-                f"tensor of shape {list(obs.shape)}"
-            )
-        x = self.obs_stats.normalize(obs.float(), clip=self.obs_clip)
-        return x.reshape(*lead, -1)
+        return normalized_flat(obs, self.obs_stats, self.obs_shape, self.obs_clip, owner="RND")
 
     def prediction_error(self, obs: Tensor) -> Tensor:
         r""":math:`\lVert \hat f(x) - f(x) \rVert^2` per sample, ``[*]``; grad reaches the
