@@ -93,6 +93,7 @@ def test_recipe_pages_name_only_real_flags(page):
         "--anchor",
         "--from-runs",
         "--note",
+        "--pretrain-frames",  # bench_pretraining.py
         "--repeats",  # bench_async.py
         "--batches",
     }
