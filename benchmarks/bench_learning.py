@@ -340,6 +340,14 @@ def main() -> None:
         metavar="DIR",
         help="report these finished run directories instead of training (seeds from them)",
     )
+    p.add_argument(
+        "--sb3-from",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="with --from-runs: SB3's runs from an earlier report's .json (its sb3 section, "
+        "e.g. when an rlkit run of it had to be resumed elsewhere)",
+    )
     # flags this script does not know (after "--" or anywhere) go to the recipe
     args, extra = p.parse_known_args()
     args.extra = [a for a in extra if a != "--"]
@@ -363,6 +371,9 @@ def main() -> None:
                 rows.append(read_run(d, args))
         rows = [_report_seed(r) for r in rows]
         args.seeds = [r["seed"] for r in rows]
+        if args.sb3_from:
+            recorded = json.loads(args.sb3_from.read_text()).get("sb3") or {}
+            peer_rows = [r for r in recorded.get("runs", []) if r.get("seed") in args.seeds]
     else:
         sides = ["rlkit", "sb3"] if args.sb3_python else ["rlkit"]
         jobs = [(side, seed) for seed in args.seeds for side in sides]  # interleaved

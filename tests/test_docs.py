@@ -90,6 +90,7 @@ def test_recipe_pages_name_only_real_flags(page):
         "--full-budget",
         "--out",
         "--sb3-python",
+        "--sb3-from",
         "--anchor",
         "--from-runs",
         "--note",
