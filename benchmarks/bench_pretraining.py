@@ -25,22 +25,30 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
-import statistics
-import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (  # noqa: E402
+    REPO_ROOT,
+    command_line,
+    git_commit,
+    markdown_table,
+    median_or_none,
+    run_measured,
+    write_results,
+)
+
+RESULTS = REPO_ROOT / "benchmarks" / "results"
 ARMS = ("scratch", "bonus", "pretrain", "finetune")
 
 
 def _run(args: argparse.Namespace, arm: str, seed: int, root: Path) -> Path:
     run_dir = root / f"{arm}-s{seed}"
-    cmd = [sys.executable, str(ROOT / "recipes" / f"{args.algo}.py"), "--env", args.env,
+    cmd = [sys.executable, f"recipes/{args.algo}.py", "--env", args.env,
            "--seed", str(seed), "--eval-every", str(args.eval_every), "--progress", "false",
            "--run-dir", str(run_dir)]  # fmt: skip
     if arm == "pretrain":
@@ -52,9 +60,9 @@ def _run(args: argparse.Namespace, arm: str, seed: int, root: Path) -> Path:
         cmd += ["--intrinsic", args.intrinsic]
     if arm == "finetune":
         cmd += ["--init-from", str(root / f"pretrain-s{seed}" / "checkpoints" / "last.pt")]
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    if done.returncode != 0:
-        raise RuntimeError(f"{arm} seed {seed} failed:\n{done.stderr[-2000:]}")
+    result = run_measured(cmd, cwd=REPO_ROOT, timeout_s=args.timeout)
+    if not (run_dir / "summary.json").is_file():
+        raise RuntimeError(f"{arm} seed {seed} failed:\n{result.error_tail()}")
     return run_dir
 
 
@@ -79,11 +87,6 @@ def _row(arm: str, seed: int, run_dir: Path, threshold: float, offset: int) -> d
     }
 
 
-def _median(values: list) -> float | None:
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
 def _markdown(payload: dict) -> str:
     a = payload["args"]
     lines = [
@@ -97,23 +100,20 @@ def _markdown(payload: dict) -> str:
         f"from) and `finetune` (`--init-from` the pretraining checkpoint, {a['budget']:,}; "
         "frames to the threshold also counted with the pretraining frames added).",
         "",
-        "| arm | solved | median frames to threshold | median counting pretraining "
-        "| median final eval |",
-        "|---|---|---|---|---|",
     ]
-    for arm, s in payload["summary"].items():
-        lines.append(
-            f"| {arm} | {s['solved']}/{s['runs']} | {s['median_frames']} | "
-            f"{s['median_frames_total']} | {s['median_final']} |"
-        )
-    lines += ["", "| arm | seed | frames to threshold | with pretraining | evals at threshold "
-              "| best eval | final eval |", "|---|---|---|---|---|---|---|"]  # fmt: skip
-    for r in payload["rows"]:
-        lines.append(
-            f"| {r['arm']} | {r['seed']} | {r['frames_to_threshold']} | "
-            f"{r['frames_to_threshold_total']} | {r['evals_at_threshold']} | "
-            f"{r['best_eval']:.1f} | {r['final_eval']:.1f} |"
-        )
+    summary = [
+        [arm, f"{v['solved']}/{v['runs']}", v["median_frames"], v["median_frames_total"],
+         v["median_final"]]
+        for arm, v in payload["summary"].items()
+    ]  # fmt: skip
+    columns = ["arm", "solved", "median frames to threshold", "median counting pretraining",
+               "median final eval"]  # fmt: skip
+    lines.append(markdown_table(columns, summary))
+    header = ["arm", "seed", "frames to threshold", "with pretraining", "evals at threshold",
+              "best eval", "final eval"]  # fmt: skip
+    keys = ("arm", "seed", "frames_to_threshold", "frames_to_threshold_total",
+            "evals_at_threshold", "best_eval", "final_eval")  # fmt: skip
+    lines += ["", markdown_table(header, [[r[k] for k in keys] for r in payload["rows"]])]
     return "\n".join(lines) + "\n"
 
 
@@ -128,6 +128,7 @@ def main() -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     p.add_argument("--eval-every", type=int, default=25_000)
     p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--timeout", type=float, default=3600, help="seconds per run")
     p.add_argument("--out", default=None, help="result stem (default: pretraining_<algo>_<env>)")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="rlkit-pretrain-") as tmp:
@@ -148,23 +149,19 @@ def main() -> None:
         summary[arm] = {
             "runs": len(mine),
             "solved": sum(r["frames_to_threshold"] is not None for r in mine),
-            "median_frames": _median([r["frames_to_threshold"] for r in mine]),
-            "median_frames_total": _median([r["frames_to_threshold_total"] for r in mine]),
-            "median_final": _median([r["final_eval"] for r in mine]),
+            "median_frames": median_or_none(r["frames_to_threshold"] for r in mine),
+            "median_frames_total": median_or_none(r["frames_to_threshold_total"] for r in mine),
+            "median_final": median_or_none(r["final_eval"] for r in mine),
         }
-    commit = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], capture_output=True,
-                            text=True, cwd=ROOT).stdout.strip()  # fmt: skip
     payload = {
-        "command": "python benchmarks/bench_pretraining.py " + " ".join(sys.argv[1:]),
-        "commit": commit,
+        "command": command_line(),
+        "commit": git_commit()["commit"][:10],
         "args": vars(args),
         "summary": summary,
         "rows": rows,
     }
     stem = args.out or f"pretraining_{args.algo}_{args.env.replace('/', '-')}"
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{stem}.json").write_text(json.dumps(payload, indent=1) + "\n")
-    (RESULTS / f"{stem}.md").write_text(_markdown(payload))
+    write_results(RESULTS / stem, payload, _markdown(payload))
     print(_markdown(payload))
 
 

@@ -216,7 +216,7 @@ class PolicyGradientLearner(Learner):
             obs, env_major(batch.get(keys.ACTION)), next_obs, all_gather=ctx.all_gather
         )  # [N, T, 1]
         value = bonus.value(obs)
-        next_value = continuing_next_value(value, bonus.value(next_obs))
+        next_value = continuing_next_value(value, bonus.value(next_obs[:, -1:]))
         lmbda = getattr(self.cfg, "gae_lambda", 0.95)
         advantage, target = non_episodic_gae(
             reward, value, next_value, gamma=bonus.return_scaler.gamma, lmbda=lmbda

@@ -31,12 +31,11 @@ rank holds the same statistics and the same parameters.
 
 from __future__ import annotations
 
-from rlkit import keys
 from rlkit.algorithms.onpolicy import PolicyGradientLearner, build_actor_critic
 from rlkit.configs import rnd as _config
 from rlkit.configs.rnd import PRESETS, RNDConfig
 from rlkit.objectives import PPOLoss
-from rlkit.objectives.intrinsic import RNDReward
+from rlkit.objectives.intrinsic import RNDReward, make_intrinsic
 from rlkit.training import parse_config, run
 from rlkit.value import GAE
 
@@ -45,17 +44,12 @@ __all__ = ["PRESETS", "RNDConfig", "build", "build_bonus", "main", "train"]
 
 # 2-3. networks and the bonus ----------------------------------------------------------------
 def build_bonus(cfg: RNDConfig, env) -> RNDReward:
-    """The RND intrinsic reward (:class:`~rlkit.objectives.intrinsic.RNDReward`) with a
+    """The RND intrinsic reward (:func:`~rlkit.objectives.intrinsic.make_intrinsic`) with a
     config's flags, one intrinsic return per env of ``env``; its critic is sized as the
     recipe's (``--critic-hidden``, else ``--hidden``)."""
-    shape = env.observation_spec[keys.OBSERVATION].shape[len(env.batch_size) :]
-    if len(shape) != 1:
-        raise ValueError(
-            f"the RND recipe's MLP networks need flat vector observations, got shape {list(shape)}"
-        )
-    return RNDReward(
-        shape,
-        num_envs=int(env.batch_size.numel()),
+    return make_intrinsic(
+        "rnd",
+        env,
         feature_dim=cfg.rnd_features,
         target_hidden=tuple(cfg.rnd_hidden),
         predictor_hidden=tuple(cfg.rnd_hidden),

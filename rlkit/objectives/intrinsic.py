@@ -109,8 +109,9 @@ class IntrinsicReward(nn.Module):
     def num_envs(self) -> int:
         return self.return_scaler.num_envs
 
-    def observe(self, obs: Tensor, action: Tensor, next_obs: Tensor) -> None:
-        """Merge a batch into the input statistics (nothing by default)."""
+    def observe(self, next_obs: Tensor) -> None:
+        """Merge a batch's next observations (every rank's) into the input statistics
+        (nothing by default)."""
 
     def raw_bonus(self, obs: Tensor, action: Tensor, next_obs: Tensor) -> Tensor:
         """The unscaled bonus of every step, ``[N, T]``."""
@@ -128,18 +129,17 @@ class IntrinsicReward(nn.Module):
     ) -> Tensor:
         r"""The intrinsic reward ``[N, T, 1]`` of an ``[N, T]`` batch (envs first).
 
-        With ``update_stats`` (training): the inputs enter the statistics (every rank's, via
-        ``all_gather``), then the raw bonus :math:`e_t` is computed, each env's discounted
-        return :math:`R_t = \gamma_I R_{t-1} + e_t` advances and enters the return
-        statistics, and :math:`r^I_t = e_t / \sigma(R)`."""
+        With ``update_stats`` (training): the next observations enter the statistics (every
+        rank's, via ``all_gather``), then the raw bonus :math:`e_t` is computed, each env's
+        discounted return :math:`R_t = \gamma_I R_{t-1} + e_t` advances and enters the
+        return statistics, and :math:`r^I_t = e_t / \sigma(R)`."""
         if obs.dim() < 2 or obs.shape[0] != self.num_envs:
             raise ValueError(
                 f"{type(self).__name__}: observations of shape {list(obs.shape)} must be "
                 f"[N, T, ...] with N = num_envs = {self.num_envs} (envs first, time second)"
             )
         if update_stats:
-            gather = all_gather or (lambda t: t)
-            self.observe(gather(obs), gather(action), gather(next_obs))
+            self.observe(next_obs if all_gather is None else all_gather(next_obs))
         raw = self.raw_bonus(obs, action, next_obs)
         scaled = self.return_scaler(raw, update_stats=update_stats, all_gather=all_gather)
         return scaled.unsqueeze(-1)
@@ -177,7 +177,7 @@ class RNDReward(IntrinsicReward):
     def return_scaler(self) -> ReturnScaler:
         return self.rnd.return_scaler
 
-    def observe(self, obs: Tensor, action: Tensor, next_obs: Tensor) -> None:
+    def observe(self, next_obs: Tensor) -> None:
         self.rnd.obs_stats.update(next_obs)
 
     def raw_bonus(self, obs: Tensor, action: Tensor, next_obs: Tensor) -> Tensor:
@@ -302,7 +302,7 @@ class ICM(IntrinsicReward):
         return 0.5 * (pred - phi_next).square().sum(-1)
 
     # ----------------------------------------------------------------- IntrinsicReward
-    def observe(self, obs: Tensor, action: Tensor, next_obs: Tensor) -> None:
+    def observe(self, next_obs: Tensor) -> None:
         self.obs_stats.update(next_obs)
 
     def raw_bonus(self, obs: Tensor, action: Tensor, next_obs: Tensor) -> Tensor:
@@ -442,28 +442,22 @@ def _spaces(env) -> tuple[torch.Size, int, bool]:
     return obs_shape, int(shape[0]), False
 
 
-def make_intrinsic(name: str, env, *, gamma_int: float = 0.99) -> IntrinsicReward:
-    """The intrinsic reward ``name`` (``rnd`` or ``icm``, default sizes: 64 features, two
-    hidden layers of 64, ReLU) for ``env``'s observations and actions and its number of envs.
-
-    RND keeps a random quarter of each minibatch for its predictor, as ``recipes/rnd.py``."""
+def make_intrinsic(name: str, env, **kwargs) -> IntrinsicReward:
+    """The intrinsic reward ``name`` (``rnd`` or ``icm``) for ``env``'s observations and
+    actions and its number of envs; ``kwargs`` go to :class:`RNDReward` (and through it to
+    :class:`~rlkit.objectives.rnd.RND`) or :class:`ICM`. Defaults: 64 features, two hidden
+    layers of 64, ReLU; RND keeps a random quarter of each minibatch for its predictor."""
     obs_shape, action_dim, discrete = _spaces(env)
     if len(obs_shape) != 1:
         raise ValueError(
-            f"--intrinsic {name} builds MLPs over flat vector observations, got shape "
-            f"{list(obs_shape)}: drop --intrinsic for this env"
+            f"intrinsic reward {name!r} builds MLPs over flat vector observations, got shape "
+            f"{list(obs_shape)}: drop it for this env"
         )
     num_envs = int(env.batch_size.numel())
     if name == "rnd":
-        return RNDReward(obs_shape, num_envs=num_envs, gamma_int=gamma_int, update_proportion=0.25)
+        return RNDReward(obs_shape, num_envs=num_envs, **{"update_proportion": 0.25, **kwargs})
     if name == "icm":
-        return ICM(
-            obs_shape,
-            num_envs=num_envs,
-            action_dim=action_dim,
-            discrete=discrete,
-            gamma_int=gamma_int,
-        )
+        return ICM(obs_shape, num_envs=num_envs, action_dim=action_dim, discrete=discrete, **kwargs)
     raise ValueError(
         f"unknown intrinsic reward {name!r}: choose one of {', '.join(INTRINSIC_REWARDS)}"
     )

@@ -475,15 +475,16 @@ def continuing_next_value(
     After a done step that is the next episode's first observation (the agent's stream
     continues there, which is what non-episodic means); at the batch's last step it is
     ``last_next_value`` (the value at ``("next", "observation")``), the only one available.
-    Inputs ``[..., T, 1]``; returns the same shape.
+    Inputs ``[..., T, 1]`` (``last_next_value`` may hold the last step only, ``[..., 1, 1]``,
+    so the next observations need not all be scored); returns ``value``'s shape.
     """
-    if value.shape != last_next_value.shape:
+    steps = value.shape[time_dim]
+    single = list(value.shape)
+    single[time_dim] = 1
+    if last_next_value.shape not in (value.shape, torch.Size(single)):
         raise ValueError(
             f"value {list(value.shape)} and last_next_value {list(last_next_value.shape)} "
-            "must share one shape"
+            "must share one shape (or last_next_value has one step along time)"
         )
-    steps = value.shape[time_dim]
-    return torch.cat(
-        [value.narrow(time_dim, 1, steps - 1), last_next_value.narrow(time_dim, steps - 1, 1)],
-        dim=time_dim,
-    )
+    last = last_next_value.narrow(time_dim, last_next_value.shape[time_dim] - 1, 1)
+    return torch.cat([value.narrow(time_dim, 1, steps - 1), last], dim=time_dim)
