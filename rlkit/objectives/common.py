@@ -246,6 +246,10 @@ class Hyperparameter:
 
     Schedules assign new values during training (``loss.clip_epsilon = 0.1``); a bad value
     raises then instead of silently corrupting the update.
+
+    On a loss compiled by :func:`rlkit.training.update.compile_loss` a value that changes is
+    kept in a 0-dim tensor, updated in place: the compiled graph reads it as an input instead
+    of specialising on the float (which recompiled at every step of an annealed clip range).
     """
 
     def __init__(self, *, positive: bool, optional: bool = False, hint: str = ""):
@@ -258,7 +262,7 @@ class Hyperparameter:
         return self if obj is None else obj.__dict__[self.slot]
 
     def __set__(self, obj: Any, value: Any) -> None:
-        obj.__dict__[self.slot] = check_float(
+        value = check_float(
             type(obj).__name__,
             self.name,
             value,
@@ -266,6 +270,20 @@ class Hyperparameter:
             optional=self.optional,
             hint=self.hint,
         )
+        held = obj.__dict__.get(self.slot)
+        if value is not None and isinstance(held, Tensor):
+            with torch.no_grad():
+                held.fill_(value)
+            return
+        if value is not None and held is not None and value != held and _compiled(obj):
+            device = next((p.device for p in obj.parameters()), None)
+            value = torch.tensor(value, dtype=torch.get_default_dtype(), device=device)
+        obj.__dict__[self.slot] = value
+
+
+def _compiled(loss: Any) -> bool:
+    """Whether ``loss`` runs compiled (see :func:`rlkit.training.update.compile_loss`)."""
+    return bool(loss.__dict__.get("_compiled_call_impl") is not None)
 
 
 def _check_choice(owner: str, name: str, value: Any, choices: Iterable[str]) -> str:

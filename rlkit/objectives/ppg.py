@@ -267,7 +267,11 @@ class PPGAuxLoss(LossBase):
             LOSS_VALUE: self.value_coef,
         }
         out: dict[str, Tensor] = {k: coefs[k] * v for k, v in unscaled.items()}
-        out |= {UNSCALED + k: v.detach() for k, v in unscaled.items()}
+        # the unscaled terms as views of one new tensor, not detached aliases of the terms:
+        # under torch.compile (inductor folds ``1.0 * v`` to ``v``) an output that is a
+        # detached alias of another took that output's gradient away (torch 2.14)
+        detached = torch.stack(list(unscaled.values())).detach()
+        out |= {UNSCALED + k: detached[i] for i, k in enumerate(unscaled)}
         out[KL_MAX] = kl.detach().max()
         out[EXPLAINED_VARIANCE] = explained_variance(value, target)
         out[AUX_EXPLAINED_VARIANCE] = explained_variance(aux, target)

@@ -110,6 +110,14 @@ class TrainConfig:
     strategy: str = field(default="auto", metadata=_help("auto, ddp or ddp_spawn"))
     num_nodes: int = field(default=1, metadata=_help("number of nodes (multi-node DDP)"))
     threads: int = field(default=1, metadata=_help("torch CPU threads per process"))
+    compile: bool = field(
+        default=False,
+        metadata=_help(
+            "torch.compile every loss the update runs (forward and backward), on its first "
+            "update: costs 10-60 s of compilation, pays back on long runs "
+            "(docs/training.md, 'Compiling the update')"
+        ),
+    )
     video: bool = field(default=False, metadata=_help("save a GIF of one evaluation episode"))
     video_every: int = field(
         default=0,
@@ -186,6 +194,11 @@ class TrainConfig:
             raise ValueError(
                 f"strategy {self.strategy!r} is not supported; use auto, ddp or ddp_spawn "
                 "(rlkit all-reduces gradients itself, so sharded strategies do not apply)"
+            )
+        if self.compile and (self.population > 1 or self.sweep):
+            raise ValueError(
+                "--compile does not apply to --population / --sweep runs (their members' "
+                "losses run under torch.vmap): drop --compile"
             )
         if self.eval_only and not self.init_from:
             raise ValueError(
@@ -446,6 +459,7 @@ RESUME_SAFE = LAUNCH_FIELDS | {
     "snapshot_best",
     "log_scalars",
     "threads",
+    "compile",
     "save_buffer",
 }
 

@@ -456,7 +456,7 @@ class Engine:
             f"{self.algo} on {cfg.env}{scored}: {start}{cfg.total_frames:,} frames, seed "
             f"{cfg.seed}, {fabric.world_size} process(es), run dir {run_dir}"
         )
-        ctx = Context(fabric, cfg.total_frames, counters)
+        ctx = Context(fabric, cfg.total_frames, counters, compile=cfg.compile)
         try:
             collector = self.make_collector(env, learner, fabric.device)
         except BaseException:

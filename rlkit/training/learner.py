@@ -90,6 +90,8 @@ class Context:
     total_frames: int
     counters: Counters
     generator: torch.Generator = field(default_factory=torch.Generator)
+    #: ``--compile``: :func:`rlkit.training.update.update_loop` compiles the losses it runs
+    compile: bool = False
     _params: dict[int, list[torch.Tensor]] = field(default_factory=dict, repr=False)
 
     @property

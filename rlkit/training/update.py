@@ -29,6 +29,7 @@ Contracts, each an error rather than a silent wrong answer:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +46,7 @@ __all__ = [
     "LossContractError",
     "LossGroup",
     "MeanMetrics",
+    "compile_loss",
     "select_inputs",
     "update_loop",
 ]
@@ -227,17 +229,75 @@ def _call_loss(
     and catch (about 1 ms of a 33 ms PPO update measured here), so the loop checks a loss on
     its first use (as it checks its terms) and runs it as it is afterwards."""
     if not strict:
+        if loss.__dict__.get("_grad_terms") is not None:
+            return _first_compiled_call(loss, minibatch)
         return loss(minibatch)
     previous = tensordict.get_defaults_to_none()
     tensordict.set_get_defaults_to_none(False)
     try:
-        return loss(minibatch)
+        # a compiled loss runs its checked first call eagerly: a graph traced under strict
+        # reads would be used once and recompiled after
+        with torch.compiler.set_stance("force_eager"):
+            out = loss(minibatch)
+        if loss.__dict__.get("_compiled_call_impl") is not None:
+            loss.__dict__["_grad_terms"] = _grad_terms(out)
+        return out
     except KeyError as err:
         if isinstance(err, MissingKeyError) or full is None:
             raise
         raise _undeclared_key_error(loss, err, minibatch, full) from err
     finally:
         tensordict.set_get_defaults_to_none(previous)
+
+
+def _grad_terms(out: Any) -> frozenset:
+    return frozenset(
+        k for k, v in _entries(out).items() if isinstance(k, str) and k.startswith("loss_")
+        and isinstance(v, torch.Tensor) and v.requires_grad
+    )  # fmt: skip
+
+
+def _first_compiled_call(loss: nn.Module, minibatch: TensorDictBase):
+    """The first compiled call of ``loss``: its ``loss_*`` terms must carry a gradient exactly
+    where the eager (checked) call's did. One that lost it would silently train nothing (an
+    output aliasing another, detached one did so under torch 2.14's inductor), so the loss
+    goes back to eager with a warning instead."""
+    eager_terms = loss.__dict__.pop("_grad_terms")
+    out = loss(minibatch)
+    lost = sorted(eager_terms - _grad_terms(out))
+    if not lost:
+        return out
+    loss._compiled_call_impl = None
+    warnings.warn(
+        f"--compile: compiled {type(loss).__name__} returned {lost} without a gradient, which "
+        "its eager forward has; it runs eagerly from here on (the other losses stay compiled)",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+    return loss(minibatch)
+
+
+def compile_loss(loss: nn.Module) -> nn.Module:
+    """Compile ``loss`` in place with ``torch.compile`` (``--compile``); returns it.
+
+    The forward and, through AOTAutograd, its backward run as compiled graphs; the loss stays
+    the same module (its keys, hyperparameters and ``diagnostics`` switch are read as before).
+    A hyperparameter that a schedule changes becomes a 0-dim tensor on its first change (see
+    :class:`rlkit.objectives.common.Hyperparameter`), so an annealed clip range does not
+    recompile; the ``diagnostics`` switch gives a second graph. Compiling again is a no-op.
+    """
+    if loss.__dict__.get("_compiled_call_impl") is None:
+        # every TorchRL loss's forward runs through one wrapper function, whose compiled
+        # graphs dynamo caches together (8 by default): PPG's two losses, an intrinsic
+        # bonus and the diagnostics switch need more before a graph would fall back to eager
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        # random draws inside a loss (SAC's reparameterised actions) from torch's generator,
+        # as eagerly, instead of inductor's own: the same samples for the same seed
+        import torch._inductor.config as inductor_config
+
+        inductor_config.fallback_random = True
+        loss.compile()
+    return loss
 
 
 # --------------------------------------------------------------------------- term contract
@@ -350,6 +410,9 @@ def update_loop(
         raise ValueError("update_loop needs at least one loss group")
     _validate(groups)
     losses = list({id(g.loss): g.loss for g in groups}.values())
+    if getattr(ctx, "compile", False):
+        for loss in losses:
+            compile_loss(loss)
     inputs = select_inputs(data, losses)
     source = data if source is None else source
     minibatches = minibatches or _full_batch
