@@ -72,25 +72,33 @@ def _batches(cfg, env, learner, n: int) -> list:
     return out
 
 
+def _update_both(eager, compiled, batches, total_frames: int) -> tuple[Context, Context]:
+    """Update both learners on each batch; after each, parameters agree within 1e-5."""
+    start = _params(eager)
+    e_ctx = _ctx(compile=False, total_frames=total_frames)
+    c_ctx = _ctx(compile=True, total_frames=total_frames)
+    for i, batch in enumerate(batches):
+        for learner, ctx in ((eager, e_ctx), (compiled, c_ctx)):
+            torch.manual_seed(100 + i)  # the same draws (and replay samples) for both
+            np.random.seed(100 + i)
+            learner.update(batch.clone(), ctx)
+            ctx.counters.frames += batch.numel()
+        diff = _max_diff(_params(eager), _params(compiled))
+        assert diff < 1e-5, f"update {i}: compiled and eager parameters differ by {diff:.3g}"
+    moved = _max_diff(start, _params(eager))
+    assert moved > 1e-3, moved  # the updates did something the comparison can see
+    return e_ctx, c_ctx
+
+
 ON_POLICY = {
     # CartPole's preset anneals the clip range: the tensor-hyperparameter path
     "ppo": ["--num-envs", "4", "--rollout-steps", "32", "--minibatch-size", "32"],
     # V-trace inside the loss, whole-trajectory minibatches
     "impala": ["--num-envs", "4", "--rollout-steps", "16", "--minibatch-size", "32"],
     # two loss modules: the policy phase and the auxiliary phase
-    "ppg": [
-        "--num-envs",
-        "4",
-        "--rollout-steps",
-        "16",
-        "--minibatch-size",
-        "32",
-        "--n-pi",
-        "2",
-        "--aux-epochs",
-        "2",
-    ],
-}
+    "ppg": ["--num-envs", "4", "--rollout-steps", "16", "--minibatch-size", "32",
+            "--n-pi", "2", "--aux-epochs", "2"],
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("algo", sorted(ON_POLICY))
@@ -101,18 +109,7 @@ def test_compiled_on_policy_updates_match_eager_ones(algo):
     compiled = copy.deepcopy(eager)
     batches = _batches(cfg, env, eager, 4)
     env.close()
-    start = _params(eager)
-    e_ctx = _ctx(compile=False, total_frames=cfg.total_frames)
-    c_ctx = _ctx(compile=True, total_frames=cfg.total_frames)
-    for i, batch in enumerate(batches):
-        for learner, ctx in ((eager, e_ctx), (compiled, c_ctx)):
-            torch.manual_seed(100 + i)
-            learner.update(batch.clone(), ctx)
-            ctx.counters.frames += batch.numel()
-        diff = _max_diff(_params(eager), _params(compiled))
-        assert diff < 1e-5, f"update {i}: compiled and eager parameters differ by {diff:.3g}"
-    moved = _max_diff(start, _params(eager))
-    assert moved > 1e-3, moved  # the updates did something the comparison can see
+    _update_both(eager, compiled, batches, cfg.total_frames)
     if algo == "ppo":
         # the clip range changed at every update; graphs: checked first call, diagnostics
         # on/off, float then tensor clip range, never one per update
@@ -145,20 +142,8 @@ def test_compiled_off_policy_updates_match_eager_ones(algo):
     compiled = copy.deepcopy(eager)
     batches = _batches(cfg, env, eager, 8)
     env.close()
-    start = _params(eager)
-    e_ctx = _ctx(compile=False, total_frames=cfg.total_frames)
-    c_ctx = _ctx(compile=True, total_frames=cfg.total_frames)
-    for i, batch in enumerate(batches):
-        for learner, ctx in ((eager, e_ctx), (compiled, c_ctx)):
-            torch.manual_seed(100 + i)  # the same replay samples for both
-            np.random.seed(100 + i)
-            learner.update(batch.clone(), ctx)
-            ctx.counters.frames += batch.numel()
-        diff = _max_diff(_params(eager), _params(compiled))
-        assert diff < 1e-5, f"update {i}: compiled and eager parameters differ by {diff:.3g}"
+    e_ctx, c_ctx = _update_both(eager, compiled, batches, cfg.total_frames)
     assert c_ctx.counters.updates == e_ctx.counters.updates > 0
-    moved = _max_diff(start, _params(eager))
-    assert moved > 1e-3, moved
 
 
 def test_compile_is_refused_for_populations():
