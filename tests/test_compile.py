@@ -193,3 +193,21 @@ def test_a_compiled_loss_that_loses_its_gradient_runs_eagerly_with_a_warning():
     # hand-checked: 50 steps of gradient descent approach the least-squares solution
     assert (runs[False] - w_true).abs().max() < 0.05
     assert (runs[True] - runs[False]).abs().max() < 1e-6
+
+
+def test_the_compile_flag_reaches_the_update_loop(tmp_path, monkeypatch):
+    """``--compile`` on the command line gets every loss of the run compiled (recorded here
+    instead of compiled, to keep the test fast); without it none is."""
+    import rlkit.training.update as update
+
+    for flag, expected in ((["--compile"], {"PPOLoss"}), ([], set())):
+        seen: set[str] = set()
+        monkeypatch.setattr(
+            update, "compile_loss", lambda loss, seen=seen: seen.add(type(loss).__name__)
+        )
+        recipe = load_recipe("ppo")
+        argv = ["--total-frames", "512", "--num-envs", "2", "--rollout-steps", "64",
+                "--minibatch-size", "64", "--eval-every", "0", "--progress", "false",
+                "--run-dir", str(tmp_path / f"run{len(flag)}"), *flag]  # fmt: skip
+        recipe.main(argv)
+        assert seen == expected
