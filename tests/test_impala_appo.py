@@ -318,7 +318,11 @@ def test_env_ids_follow_each_env_across_batches(sync):
     )  # fmt: skip
     last: dict[int, tuple[torch.Tensor, bool]] = {}
     try:
-        for _ in range(6):
+        # at least 6 batches, and until every env has shown up: on a loaded machine one
+        # asynchronous worker can deliver several batches before the other's first one
+        for n in range(100):
+            if n >= 6 and len(last) == 4:
+                break
             batch = collector.next_batch()
             ids = batch[ENV_ID]
             assert (ids == ids[:, :1]).all()  # one env per row
