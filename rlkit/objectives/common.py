@@ -270,20 +270,48 @@ class Hyperparameter:
             optional=self.optional,
             hint=self.hint,
         )
+        # branches read the sign, which changes far less often than the value
+        obj.__dict__[f"_positive_{self.name}"] = value is not None and value > 0
         held = obj.__dict__.get(self.slot)
         if value is not None and isinstance(held, Tensor):
             with torch.no_grad():
                 held.fill_(value)
             return
         if value is not None and held is not None and value != held and _compiled(obj):
+            # float64, so that arithmetic with float32 tensors rounds as with a Python float
             device = next((p.device for p in obj.parameters()), None)
-            value = torch.tensor(value, dtype=torch.get_default_dtype(), device=device)
+            value = torch.tensor(value, dtype=torch.float64, device=device)
         obj.__dict__[self.slot] = value
 
 
 def _compiled(loss: Any) -> bool:
     """Whether ``loss`` runs compiled (see :func:`rlkit.training.update.compile_loss`)."""
     return bool(loss.__dict__.get("_compiled_call_impl") is not None)
+
+
+def weighted(coef: float | Tensor, x: Tensor) -> Tensor:
+    """``coef * x`` for a hyperparameter ``coef``, rounded as with a Python float.
+
+    A scheduled hyperparameter of a compiled loss is a float64 0-dim tensor; times a 0-dim
+    float32 tensor it would promote the product to float64. Cast to ``x``'s dtype it gives
+    the bits the Python float gives.
+    """
+    if isinstance(coef, Tensor):
+        coef = coef.to(x.dtype)
+    return coef * x
+
+
+def positive(loss: Any, name: str) -> bool:
+    """Whether hyperparameter ``name`` of ``loss`` is set and > 0, as a Python bool.
+
+    Branch on this rather than on ``loss.<name> > 0``: on a compiled loss a scheduled value is
+    a tensor, and a comparison with it would split the graph at every update.
+    """
+    known = loss.__dict__.get(f"_positive_{name}")
+    if known is None:
+        value = getattr(loss, name)
+        return value is not None and float(value) > 0
+    return known
 
 
 def _check_choice(owner: str, name: str, value: Any, choices: Iterable[str]) -> str:
@@ -537,7 +565,7 @@ class ActorCriticLoss(LossBase):
         out[LOSS_VALUE] = self.value_coef * self._value_loss(value, target, tensordict)
         if not self.diagnostics:
             losses = {k: v for k, v in out.items() if k.startswith("loss_")}
-            if self.entropy_coef > 0:
+            if positive(self, "entropy_coef"):
                 losses.update(self._entropy_terms(dist))
                 del losses[ENTROPY]
             else:
@@ -566,9 +594,9 @@ class ActorCriticLoss(LossBase):
         return value.squeeze(-1)
 
     def _entropy_terms(self, dist: Distribution) -> dict[str, Tensor]:
-        if self.entropy_coef > 0:
+        if positive(self, "entropy_coef"):
             entropy = distribution_entropy(dist, num_samples=self.entropy_samples).mean()
-            loss = -self.entropy_coef * entropy
+            loss = -weighted(self.entropy_coef, entropy)
         else:
             with torch.no_grad():
                 entropy = distribution_entropy(dist, num_samples=self.entropy_samples).mean()

@@ -41,9 +41,11 @@ from rlkit.objectives.common import (
     _check_choice,
     distribution_entropy,
     per_sample_log_prob,
+    positive,
     read_column,
     read_per_sample,
     require_keys,
+    weighted,
 )
 from rlkit.objectives.functional import (
     VALUE_LOSS_TYPES,
@@ -370,9 +372,10 @@ class DAACLoss(LossBase):
         return standardize(advantage)  # per minibatch, or the tensordict given is the batch
 
     def _entropy_terms(self, dist) -> dict[str, Tensor]:
-        if self.entropy_coef > 0:
+        if positive(self, "entropy_coef"):
             entropy = distribution_entropy(dist, num_samples=self.entropy_samples).mean()
-            return {LOSS_ENTROPY: -self.entropy_coef * entropy, ENTROPY: entropy.detach()}
+            loss = -weighted(self.entropy_coef, entropy)
+            return {LOSS_ENTROPY: loss, ENTROPY: entropy.detach()}
         with torch.no_grad():
             entropy = distribution_entropy(dist, num_samples=self.entropy_samples).mean()
         return {LOSS_ENTROPY: torch.zeros_like(entropy), ENTROPY: entropy}

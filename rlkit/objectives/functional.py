@@ -65,6 +65,22 @@ def standardize(x: Tensor, *, eps: float = 1e-8) -> Tensor:
     return (x - x.mean()) / (x.std() + eps)
 
 
+def clamp(x: Tensor, low: float | Tensor, high: float | Tensor) -> Tensor:
+    """``x.clamp(low, high)`` with float bounds' gradient also for tensor bounds.
+
+    A scheduled hyperparameter of a compiled loss is a 0-dim float64 tensor (see
+    :class:`rlkit.objectives.common.Hyperparameter`). ``clamp`` with tensor bounds passes
+    half the gradient to an element exactly at a bound, with float bounds none; and float
+    bounds are rounded to ``x``'s dtype before comparing. Both are kept here.
+    """
+    if not isinstance(low, Tensor) and not isinstance(high, Tensor):
+        return x.clamp(low, high)
+    low = torch.as_tensor(low, dtype=x.dtype, device=x.device)
+    high = torch.as_tensor(high, dtype=x.dtype, device=x.device)
+    inside = (x > low) & (x < high)
+    return torch.where(inside, x, x.detach().clamp(low, high))
+
+
 def clipped_surrogate(
     log_ratio: Tensor, advantage: Tensor, *, clip_epsilon: float
 ) -> tuple[Tensor, Tensor]:
@@ -92,7 +108,7 @@ def clipped_surrogate(
     _check_same_shape(log_ratio=log_ratio, advantage=advantage)
     ratio = log_ratio.exp()
     advantage = advantage.detach()
-    clipped_ratio = ratio.clamp(1.0 - clip_epsilon, 1.0 + clip_epsilon)
+    clipped_ratio = clamp(ratio, 1.0 - clip_epsilon, 1.0 + clip_epsilon)
     loss = -torch.minimum(ratio * advantage, clipped_ratio * advantage).mean()
     clip_fraction = ((ratio.detach() - 1.0).abs() > clip_epsilon).float().mean()
     return loss, clip_fraction
@@ -152,7 +168,7 @@ def clipped_value_loss(
     """
     _check_same_shape(value=value, old_value=old_value, target=target)
     old_value, target = old_value.detach(), target.detach()
-    clipped = old_value + (value - old_value).clamp(-clip_epsilon, clip_epsilon)
+    clipped = old_value + clamp(value - old_value, -clip_epsilon, clip_epsilon)
     unclipped_loss = _pointwise_value_loss(value - target, loss_type)
     clipped_loss = _pointwise_value_loss(clipped - target, loss_type)
     return torch.maximum(unclipped_loss, clipped_loss).mean()

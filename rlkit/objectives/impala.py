@@ -20,7 +20,9 @@ from rlkit.objectives.common import (
     WRITTEN_BY_BEHAVIOUR_ACTOR,
     ActorCriticLoss,
     per_sample_log_prob,
+    positive,
     require_keys,
+    weighted,
 )
 from rlkit.objectives.functional import explained_variance, standardize
 from rlkit.value import functional as VF
@@ -252,7 +254,7 @@ class IMPALALoss(ActorCriticLoss):
             LOSS_VALUE: self.value_coef * self._reduce(0.5 * (value - vt["value_target"]) ** 2),
         }
         entropy = self._entropy(dist)
-        out[LOSS_ENTROPY] = -self.entropy_coef * self._reduce(entropy)
+        out[LOSS_ENTROPY] = -weighted(self.entropy_coef, self._reduce(entropy))
         if self.diagnostics:
             rho = vt["rho"]
             out[RHO_MEAN] = rho.mean()
@@ -267,7 +269,7 @@ class IMPALALoss(ActorCriticLoss):
     def _entropy(self, dist) -> Tensor:
         from rlkit.objectives.common import distribution_entropy
 
-        if self.entropy_coef > 0:
+        if positive(self, "entropy_coef"):
             return distribution_entropy(dist, num_samples=self.entropy_samples)
         with torch.no_grad():
             return distribution_entropy(dist, num_samples=self.entropy_samples)

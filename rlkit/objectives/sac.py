@@ -28,7 +28,8 @@ with :math:`\bar H = 0.98 \log n` by default (98% of the uniform policy's entrop
 
 Gradient routing: :math:`L_Q` reaches only the Q networks (the target is computed without
 gradient), :math:`L_\pi` only the actor (the Q networks are frozen while it is computed, so
-their parameters get no gradient, while the gradient still flows through the action), and
+their parameters get no gradient, while the gradient still flows through the action; under
+``--compile`` they are not frozen, and the gradient they get is never stepped), and
 :math:`L_\alpha` only :math:`\log\alpha`. Each can therefore be stepped by its own optimiser,
 or their sum by one.
 

@@ -235,12 +235,13 @@ def _call_loss(
     previous = tensordict.get_defaults_to_none()
     tensordict.set_get_defaults_to_none(False)
     try:
+        if loss.__dict__.get("_compiled_call_impl") is None:
+            return loss(minibatch)
         # a compiled loss runs its checked first call eagerly: a graph traced under strict
         # reads would be used once and recompiled after
         with torch.compiler.set_stance("force_eager"):
             out = loss(minibatch)
-        if loss.__dict__.get("_compiled_call_impl") is not None:
-            loss.__dict__["_grad_terms"] = _grad_terms(out)
+        loss.__dict__["_grad_terms"] = _grad_terms(out)
         return out
     except KeyError as err:
         if isinstance(err, MissingKeyError) or full is None:
@@ -268,6 +269,7 @@ def _first_compiled_call(loss: nn.Module, minibatch: TensorDictBase):
     if not lost:
         return out
     loss._compiled_call_impl = None
+    loss.__dict__["_compile_refused"] = True  # compile_loss leaves it eager from now on
     warnings.warn(
         f"--compile: compiled {type(loss).__name__} returned {lost} without a gradient, which "
         "its eager forward has; it runs eagerly from here on (the other losses stay compiled)",
@@ -283,10 +285,17 @@ def compile_loss(loss: nn.Module) -> nn.Module:
     The forward and, through AOTAutograd, its backward run as compiled graphs; the loss stays
     the same module (its keys, hyperparameters and ``diagnostics`` switch are read as before).
     A hyperparameter that a schedule changes becomes a 0-dim tensor on its first change (see
-    :class:`rlkit.objectives.common.Hyperparameter`), so an annealed clip range does not
-    recompile; the ``diagnostics`` switch gives a second graph. Compiling again is a no-op.
+    :class:`rlkit.objectives.common.Hyperparameter`), so an annealed clip range or entropy
+    coefficient does not recompile; the ``diagnostics`` switch gives a second graph.
+    Compiling again is a no-op, and so is compiling a loss that went back to eager.
+
+    Process-wide settings, made on the first call: dynamo's ``recompile_limit`` is raised to
+    64 and inductor's ``fallback_random`` is set (random draws in every compiled function come
+    from torch's generator).
     """
-    if loss.__dict__.get("_compiled_call_impl") is None:
+    if loss.__dict__.get("_compiled_call_impl") is None and not loss.__dict__.get(
+        "_compile_refused"
+    ):
         # every TorchRL loss's forward runs through one wrapper function, whose compiled
         # graphs dynamo caches together (8 by default): PPG's two losses, an intrinsic
         # bonus and the diagnostics switch need more before a graph would fall back to eager
