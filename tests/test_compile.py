@@ -233,7 +233,7 @@ def test_scheduled_hyperparameters_as_tensors_train_bit_identically(monkeypatch)
     tensors = copy.deepcopy(floats)
     batches = _batches(cfg, env, floats, 5)
     env.close()
-    monkeypatch.setattr(common, "_compiled", lambda loss: loss is tensors.loss)
+    monkeypatch.setattr(common, "is_compiled", lambda loss: loss is tensors.loss)
     contexts = [_ctx(compile=False, total_frames=cfg.total_frames) for _ in range(2)]
     for i, batch in enumerate(batches):
         for learner, ctx in zip((floats, tensors), contexts):

@@ -277,16 +277,17 @@ class Hyperparameter:
             with torch.no_grad():
                 held.fill_(value)
             return
-        if value is not None and held is not None and value != held and _compiled(obj):
+        if value is not None and held is not None and value != held and is_compiled(obj):
             # float64, so that arithmetic with float32 tensors rounds as with a Python float
             device = next((p.device for p in obj.parameters()), None)
             value = torch.tensor(value, dtype=torch.float64, device=device)
         obj.__dict__[self.slot] = value
 
 
-def _compiled(loss: Any) -> bool:
-    """Whether ``loss`` runs compiled (see :func:`rlkit.training.update.compile_loss`)."""
-    return bool(loss.__dict__.get("_compiled_call_impl") is not None)
+def is_compiled(module: Any) -> bool:
+    """Whether ``module`` runs compiled: ``nn.Module.compile`` was called on it (see
+    :func:`rlkit.training.update.compile_loss`) and it has not gone back to eager."""
+    return module.__dict__.get("_compiled_call_impl") is not None
 
 
 def weighted(coef: float | Tensor, x: Tensor) -> Tensor:

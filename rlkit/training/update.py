@@ -40,7 +40,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from rlkit import keys
-from rlkit.objectives.common import MissingKeyError
+from rlkit.objectives.common import MissingKeyError, is_compiled
 
 __all__ = [
     "LossContractError",
@@ -235,7 +235,7 @@ def _call_loss(
     previous = tensordict.get_defaults_to_none()
     tensordict.set_get_defaults_to_none(False)
     try:
-        if loss.__dict__.get("_compiled_call_impl") is None:
+        if not is_compiled(loss):
             return loss(minibatch)
         # a compiled loss runs its checked first call eagerly: a graph traced under strict
         # reads would be used once and recompiled after
@@ -293,9 +293,7 @@ def compile_loss(loss: nn.Module) -> nn.Module:
     64 and inductor's ``fallback_random`` is set (random draws in every compiled function come
     from torch's generator).
     """
-    if loss.__dict__.get("_compiled_call_impl") is None and not loss.__dict__.get(
-        "_compile_refused"
-    ):
+    if not is_compiled(loss) and not loss.__dict__.get("_compile_refused"):
         # every TorchRL loss's forward runs through one wrapper function, whose compiled
         # graphs dynamo caches together (8 by default): PPG's two losses, an intrinsic
         # bonus and the diagnostics switch need more before a graph would fall back to eager
