@@ -53,22 +53,36 @@ def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
     return path
 
 
-def load(path: str | os.PathLike) -> dict[str, Any]:
-    """Load an rlkit checkpoint with ``weights_only=True`` and check its format."""
+def safe_load(
+    path: str | os.PathLike,
+    *,
+    what: str = "checkpoint",
+    example: str = "<run-dir>/checkpoints/last.pt",
+    remedy: str = "use an earlier checkpoint or start a new run",
+) -> Any:
+    """``torch.load(path, weights_only=True)`` on the CPU: loading never executes code from
+    the file. A missing, truncated, corrupt or unsafe file raises :class:`CheckpointError`
+    naming ``what`` it should have been (``example``: where such files live) and the
+    ``remedy``."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(
-            f"checkpoint {str(path)!r} does not exist: pass the path of a .pt file written by "
-            "an rlkit run (<run-dir>/checkpoints/last.pt)"
+            f"{what} {str(path)!r} does not exist: pass the path of a .pt file written by "
+            f"an rlkit run ({example})"
         )
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True)
     except (RuntimeError, pickle.UnpicklingError, EOFError, zipfile.BadZipFile, OSError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise CheckpointError(
-            f"checkpoint {str(path)!r} is corrupt or not a safe rlkit checkpoint ({first}); "
-            "use an earlier checkpoint or start a new run"
+            f"{what} {str(path)!r} is corrupt or not a safe rlkit {what} ({first}); {remedy}"
         ) from None
+
+
+def load(path: str | os.PathLike) -> dict[str, Any]:
+    """Load an rlkit checkpoint with ``weights_only=True`` and check its format."""
+    path = Path(path)
+    payload = safe_load(path)
     if not isinstance(payload, Mapping) or payload.get("format") != FORMAT:
         raise CheckpointError(
             f"{str(path)!r} is not an rlkit checkpoint (expected format {FORMAT!r}); "

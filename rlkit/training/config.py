@@ -540,6 +540,12 @@ def _stored_config(path: str | Path, cls: type) -> dict[str, Any]:
         return {}
     if not isinstance(stored, Mapping):
         return {}
+    return stored_fields(stored, cls)
+
+
+def stored_fields(stored: Mapping[str, Any], cls: type) -> dict[str, Any]:
+    """A stored config (a checkpoint's ``config``) restricted to ``cls``'s fields, without
+    launch settings, with values converted to the fields' types."""
     names = {f.name for f in dataclasses.fields(cls)} - LAUNCH_FIELDS
     return _as_field_types({k: v for k, v in stored.items() if k in names}, cls)
 

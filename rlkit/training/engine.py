@@ -675,10 +675,17 @@ class _LoopState:
         paths = [folder / name for name in names]
         if snapshot:
             paths.append(folder / f"frames_{self.counters.frames:012d}.pt")
-        for path in paths:
-            target = rank_checkpoint_path(path, rank)
+        files = [(rank_checkpoint_path(path, rank), payload) for path in paths]
+        snapshot_files = getattr(self.learner, "snapshot_files", None)  # Learner's hook
+        if rank == 0 and snapshot_files is not None:  # stand-alone files (SVPG's particles)
+            run = {k: payload[k] for k in ("algo", "env", "config")}
+            run["frames"] = self.counters.frames
+            for path in paths:
+                extra = snapshot_files(path.stem, run)
+                files += [(self.run_dir / rel, obj) for rel, obj in extra.items()]
+        for target, obj in files:
             try:
-                ckpt.atomic_save(payload, target)
+                ckpt.atomic_save(obj, target)
             except OSError as err:
                 reason = err.strerror or str(err) or type(err).__name__
                 raise CheckpointWriteError(

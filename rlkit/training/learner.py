@@ -57,6 +57,18 @@ class Learner:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         del state
 
+    def snapshot_files(self, checkpoint: str, run: Mapping[str, Any]) -> dict[str, Any]:
+        """Stand-alone files to write with each checkpoint (rank 0, atomically, after it):
+        ``{path relative to the run directory: payload}``, each payload safe to load
+        (tensors and plain containers, ``torch.load(weights_only=True)``).
+
+        ``checkpoint`` is the checkpoint's name without ``.pt`` (``"last"``, ``"best"``,
+        ``"frames_000000020000"``); ``run`` holds ``algo``, ``env``, ``frames`` and the run's
+        ``config`` (as stored in the checkpoint). Default: none (SVPG writes one file per
+        particle)."""
+        del checkpoint, run
+        return {}
+
 
 @dataclass
 class Counters:
