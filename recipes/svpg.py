@@ -1,4 +1,5 @@
-"""SVPG: Stein Variational Policy Gradient (Liu, Ramachandran, Liu & Peng 2017), A2C particles.
+"""SVPG: Stein Variational Policy Gradient (Liu, Ramachandran, Liu & Peng 2017), A2C or PPO
+particles.
 
 Run ``python recipes/svpg.py --help`` for every flag. The config and presets live in
 :mod:`rlkit.configs.svpg` (torch-free: flags and ``--help`` answer at once), the networks,

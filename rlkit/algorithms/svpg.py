@@ -6,7 +6,7 @@ in the torch-free :mod:`rlkit.configs.svpg` and are imported here under their ol
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from rlkit.modules.particles import (
 )
 from rlkit.objectives.a2c import A2CLoss
 from rlkit.objectives.functional import standardize
+from rlkit.objectives.ppo import PPOLoss
 from rlkit.objectives.svpg import median_bandwidth, rbf_kernel, stein_update
 from rlkit.training import parse_config, run, schedules
 from rlkit.training.engine import Context, Learner
@@ -38,15 +39,23 @@ from rlkit.value import GAE
 class SVPGLearner(Learner):
     r"""Stein variational policy gradient over ``P`` actor-critic particles.
 
-    Per batch ``[N, T]`` (``N`` envs of this rank, env ``e`` acting with particle
-    ``e // (N / P)``):
+    The particles' own algorithm is the loss: ``A2CLoss`` (A2C particles) or ``PPOLoss``
+    (PPO particles, with ``epochs`` and ``minibatch_size``); any loss that averages per-sample
+    terms over its batch fits. Per batch ``[N, T]`` (``N`` envs of this rank, env ``e``
+    acting with particle ``e // (N / P)``):
 
     1. the estimator (e.g. GAE) writes ``advantage`` / ``value_target`` with each env's own
-       particle's critic; with ``normalize_advantage`` they are standardised per particle;
-    2. the loss (e.g. ``A2CLoss``) averages over all ``N T`` samples, i.e.
+       particle's critic; with ``normalize_advantage`` they are standardised per particle
+       (over the batch, or over each minibatch when ``minibatch_size`` is set);
+    2. ``epochs`` passes over the batch: the whole batch per step, or, with
+       ``minibatch_size``, :meth:`particle_minibatches` (each step takes ``minibatch_size``
+       samples of every particle, each particle's drawn from its own shuffle); the loss
+       averages over the step's samples, equal counts per particle, i.e.
        :math:`\frac1P\sum_p L_p`; it is multiplied by ``P`` so particle ``p``'s parameters
-       receive exactly :math:`\nabla L_p`, the gradient an A2C learner on its envs computes;
-    3. ``Context.optimize`` back-propagates and all-reduces across ranks, then the
+       receive exactly :math:`\nabla L_p`, the gradient its own learner (A2C, or PPO on the
+       same minibatch) computes;
+    3. at every optimiser step, ``Context.optimize`` back-propagates and all-reduces across
+       ranks, then the
        transform: each particle's gradient (actor and critic together) is clipped to
        ``max_grad_norm``, and the actors' gradients :math:`g_p = -\nabla J(\theta_p)` are
        replaced by :math:`-\phi_p`, :math:`\phi = ` :func:`~rlkit.objectives.svpg.stein_update`
@@ -68,8 +77,11 @@ class SVPGLearner(Learner):
         bandwidth: fixed kernel width ``h``; ``None`` (default): the median heuristic.
         max_grad_norm: per-particle gradient clipping before the Stein mixing (0 or None:
             off).
-        epochs: full-batch gradient steps per batch (A2C: 1).
-        normalize_advantage: standardise the advantage within each particle's samples.
+        epochs: passes over each batch (A2C: 1 full-batch step).
+        minibatch_size: each particle's samples per gradient step (PPO particles); ``None``
+            (default): the whole batch per step.
+        normalize_advantage: standardise the advantage within each particle's samples (of
+            the batch, or of each minibatch).
         lr_schedule: ``(start, end)`` learning rate annealed linearly over the frame budget;
             ``None``: constant.
     """
@@ -89,6 +101,7 @@ class SVPGLearner(Learner):
         bandwidth: float | None = None,
         max_grad_norm: float | None = 0.5,
         epochs: int = 1,
+        minibatch_size: int | None = None,
         normalize_advantage: bool = False,
         lr_schedule: tuple[float, float] | None = None,
     ) -> None:
@@ -108,10 +121,15 @@ class SVPGLearner(Learner):
             raise ValueError(f"bandwidth must be > 0 or None (median heuristic), got {bandwidth}")
         if epochs < 1:
             raise ValueError(f"epochs must be >= 1, got {epochs}")
+        if minibatch_size is not None and not minibatch_size > 0:
+            raise ValueError(
+                f"minibatch_size must be > 0 or None (whole batch), got {minibatch_size}"
+            )
         self.actor, self.critic, self.estimator, self.loss = actor, critic, estimator, loss
         self.optimizer, self._frames_per_batch = optimizer, frames_per_batch
         self.temperature, self.bandwidth = float(temperature), bandwidth
         self.max_grad_norm, self.epochs = max_grad_norm, epochs
+        self.minibatch_size = minibatch_size
         self.normalize_advantage, self.lr_schedule = normalize_advantage, lr_schedule
         self.policy = ParticlePolicy(actor)
         self.nets = nn.ModuleDict({"actor": actor, "critic": critic})
@@ -150,6 +168,26 @@ class SVPGLearner(Learner):
     def particle_actor(self, index: int) -> nn.Module:
         """Particle ``index``'s actor as a stand-alone ``ProbabilisticActor`` (a copy)."""
         return particle_member(self.actor, index)
+
+    def snapshot_files(self, checkpoint: str, run: Mapping[str, Any]) -> dict[str, Any]:
+        """One stand-alone file per particle with each checkpoint (pyrado saves each
+        particle's policy): :func:`particle_file` names it, :func:`load_particle` reads it
+        back as the particle's actor. Each holds the particle's actor ``state_dict`` and the
+        run's settings, tensors and plain containers only (``weights_only`` loading)."""
+        files = {}
+        for index in range(self.num_particles):
+            files[particle_file(checkpoint, index)] = {
+                "format": PARTICLE_FORMAT,
+                "algo": self.algo,
+                "env": run["env"],
+                "frames": int(run["frames"]),
+                "checkpoint": checkpoint,
+                "index": index,
+                "num_particles": self.num_particles,
+                "config": dict(run["config"]),
+                "actor": self.particle_actor(index).state_dict(),
+            }
+        return files
 
     # ---------------------------------------------------------------- the Stein transform
     def clip_per_particle(self) -> Tensor:
@@ -206,6 +244,26 @@ class SVPGLearner(Learner):
         out = torch.stack([standardize(b) for b in blocks]).reshape(adv.shape)
         batch.set(keys.ADVANTAGE, out)
 
+    def particle_minibatches(
+        self, data: TensorDictBase, generator: torch.Generator
+    ) -> Iterator[TensorDictBase]:
+        """One epoch of minibatches of ``data`` ``[N, T]``, ``minibatch_size`` samples of every
+        particle each: particle ``p``'s samples (its envs' rows) are shuffled on their own and
+        cut into chunks; minibatch ``k`` is the ``k``-th chunk of every particle, in particle
+        order, so its rows are ``P`` equal contiguous blocks that the ensemble routes to their
+        own particle (:func:`particle_index`). With ``normalize_advantage`` each block's
+        advantage is standardised on its own (a PPO learner's per-minibatch standardisation)."""
+        p = self.num_particles
+        flat = data.reshape(-1)  # env-major: particle p's samples are rows [p M, (p + 1) M)
+        per_particle = flat.shape[0] // p
+        order = torch.stack([torch.randperm(per_particle, generator=generator) for _ in range(p)])
+        order += torch.arange(p).unsqueeze(1) * per_particle
+        for chunk in order.split(self.minibatch_size, dim=1):
+            minibatch = flat[chunk.reshape(-1)]
+            if self.normalize_advantage:
+                self._standardize_per_particle(minibatch)
+            yield minibatch
+
     def update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
         lr = self.optimizer.param_groups[0]["lr"]
         if self.lr_schedule is not None:
@@ -214,10 +272,14 @@ class SVPGLearner(Learner):
         self._check_layout(batch)
         with torch.no_grad():
             self.estimator(batch)
-        if self.normalize_advantage:
-            self._standardize_per_particle(batch)
         self._pending: list[dict[str, Tensor]] = []
-        result = update_loop(self.loss_groups(), batch, ctx)
+        if self.minibatch_size is None:
+            if self.normalize_advantage:
+                self._standardize_per_particle(batch)
+            result = update_loop(self.loss_groups(), batch, ctx)
+        else:
+            minibatches = self.particle_minibatches
+            result = update_loop(self.loss_groups(), batch, ctx, minibatches=minibatches)
         transform = MeanMetrics()
         for values in self._pending:
             transform.add(values)
@@ -225,7 +287,7 @@ class SVPGLearner(Learner):
 
     def loss_groups(self) -> list[LossGroup]:
         """One group: every term of the loss over all particles, scaled by ``P`` so each
-        particle gets its own A2C gradient, then the Stein transform (no global clipping:
+        particle gets its own algorithm's gradient, then the Stein transform (no global clipping:
         :meth:`clip_per_particle` clips each particle inside the transform)."""
         if not hasattr(self, "_groups"):
             self._groups = [
@@ -253,12 +315,24 @@ class SVPGLearner(Learner):
 
 
 # 2-5. networks, estimator, loss, learner ----------------------------------------------------
+def particle_loss(cfg: SVPGConfig, actor: nn.Module, critic: nn.Module) -> nn.Module:
+    """The particles' own loss (``--particle``): ``A2CLoss``, or ``PPOLoss`` with the clip
+    range ``cfg.clip_range``. Advantages are standardised per particle by the learner
+    (``--normalize-advantage``), never by the loss, whose batch mixes the particles."""
+    terms = dict(entropy_coef=cfg.entropy_coef, value_coef=cfg.value_coef)
+    if cfg.particle == "ppo":
+        return PPOLoss(
+            actor, critic, clip_epsilon=cfg.clip_range, normalize_advantage=False, **terms
+        )
+    return A2CLoss(actor, critic, **terms)
+
+
 def build(cfg: SVPGConfig, env) -> SVPGLearner:
     actor, critic = build_particles(
         env, num_particles=cfg.particles, hidden=cfg.hidden, activation=cfg.activation
     )
     estimator = GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic)
-    loss = A2CLoss(actor, critic, entropy_coef=cfg.entropy_coef, value_coef=cfg.value_coef)
+    loss = particle_loss(cfg, actor, critic)
     optimizer = make_optimizer(cfg, [*actor.parameters(), *critic.parameters()])
     return SVPGLearner(
         actor=actor,
@@ -271,6 +345,7 @@ def build(cfg: SVPGConfig, env) -> SVPGLearner:
         bandwidth=cfg.bandwidth,
         max_grad_norm=cfg.max_grad_norm,
         epochs=cfg.epochs,
+        minibatch_size=cfg.minibatch_size,
         normalize_advantage=cfg.normalize_advantage,
         lr_schedule=(cfg.lr, cfg.lr_final) if cfg.lr_schedule == "linear" else None,
     )
@@ -283,19 +358,98 @@ def train(cfg: SVPGConfig) -> dict:
     return run(cfg, build, algo="svpg")
 
 
-def load_particle(checkpoint: str | Path, index: int) -> nn.Module:
-    """Particle ``index`` of the SVPG run saved in ``checkpoint``, as a stand-alone actor
-    (pyrado's ``SVPG.load_particle``): the run's networks are rebuilt from the settings
-    stored in the checkpoint, loaded, and the particle's actor copied out. Evaluate it with
-    :class:`rlkit.training.evaluation.Evaluator` or collect with it like any actor."""
-    from rlkit.envs import make_env
+#: the ``format`` entry of a per-particle file (:meth:`SVPGLearner.snapshot_files`)
+PARTICLE_FORMAT = "rlkit-svpg-particle/1"
+
+
+def particle_file(checkpoint: str, index: int) -> str:
+    """Particle ``index``'s file written with checkpoint ``checkpoint`` (its name without
+    ``.pt``), relative to the run directory: ``particles/particle_<index>.pt`` with
+    ``last.pt`` (rewritten at every checkpoint and at the end of the run),
+    ``particles/<checkpoint>/particle_<index>.pt`` with the others (``best``,
+    ``frames_<frames>``)."""
+    folder = Path("particles") if checkpoint == "last" else Path("particles", checkpoint)
+    return str(folder / f"particle_{index}.pt")
+
+
+def load_particle(checkpoint: str | Path, index: int | None = None) -> nn.Module:
+    """Particle ``index`` of an SVPG run as a stand-alone actor (pyrado's
+    ``SVPG.load_particle``). ``checkpoint`` is either
+
+    * a run checkpoint (``<run-dir>/checkpoints/last.pt``, ``index`` required): the run's
+      networks are rebuilt from the settings stored in it, loaded, and the particle's actor
+      copied out; or
+    * a per-particle file (``<run-dir>/particles/particle_<i>.pt``, :func:`particle_file`):
+      one actor of the run's architecture is built and given the file's weights; ``index``
+      may be left out (given, it must be the file's).
+
+    Both load with ``weights_only=True`` (no code from the file runs); a missing, corrupt or
+    foreign file raises :class:`~rlkit.training.errors.CheckpointError`. Evaluate the actor
+    with :class:`rlkit.training.evaluation.Evaluator` or collect with it like any actor."""
     from rlkit.training import checkpoint as ckpt
-    from rlkit.training.config import _stored_config
 
     path = Path(checkpoint)
-    payload = ckpt.load(path)
+    payload = ckpt.safe_load(
+        path,
+        what="SVPG file",
+        example="<run-dir>/particles/particle_0.pt or <run-dir>/checkpoints/last.pt",
+        remedy="use the run's checkpoint, load_particle('<run-dir>/checkpoints/last.pt', "
+        "index), or write the files again with a run",
+    )
+    if isinstance(payload, Mapping) and payload.get("format") == PARTICLE_FORMAT:
+        return _actor_from_particle_file(payload, path, index)
+    if not isinstance(payload, Mapping) or payload.get("format") != ckpt.FORMAT:
+        raise ckpt.CheckpointError(
+            f"{str(path)!r} is neither an SVPG particle file nor an rlkit checkpoint: pass "
+            "<run-dir>/particles/particle_<i>.pt or <run-dir>/checkpoints/last.pt"
+        )
+    if index is None:
+        raise TypeError(
+            f"{str(path)!r} is a checkpoint of all particles: name the particle, "
+            "load_particle(path, index)"
+        )
+    return _actor_from_checkpoint(payload, path, index)
+
+
+def _actor_from_particle_file(
+    payload: Mapping[str, Any], path: Path, index: int | None
+) -> nn.Module:
+    from rlkit.envs import make_env
+    from rlkit.training import checkpoint as ckpt
+    from rlkit.training.config import stored_fields
+
+    stored, state, own = payload.get("config"), payload.get("actor"), payload.get("index")
+    if not (isinstance(stored, Mapping) and isinstance(state, Mapping) and isinstance(own, int)):
+        raise ckpt.CheckpointError(
+            f"SVPG particle file {str(path)!r} is incomplete (it needs config, actor and "
+            "index): use the run's checkpoint, load_particle('<run-dir>/checkpoints/last.pt', "
+            "index)"
+        )
     ckpt.check_compatible(payload, algo="svpg", path=path)
-    cfg = SVPGConfig(**_stored_config(path, SVPGConfig))
+    if index is not None and index != own:
+        raise ValueError(
+            f"{str(path)!r} holds particle {own}, not {index}: pass index={own} or leave it out"
+        )
+    cfg = SVPGConfig(**stored_fields(stored, SVPGConfig))
+    env = make_env(cfg.env, num_envs=1)
+    try:
+        actor, _ = build_particles(
+            env, num_particles=1, hidden=cfg.hidden, activation=cfg.activation
+        )
+    finally:
+        env.close()
+    member = particle_member(actor, 0)
+    ckpt.load_module_state(member, state, name=f"particle {own}", path=path)
+    return member
+
+
+def _actor_from_checkpoint(payload: Mapping[str, Any], path: Path, index: int) -> nn.Module:
+    from rlkit.envs import make_env
+    from rlkit.training import checkpoint as ckpt
+    from rlkit.training.config import stored_fields
+
+    ckpt.check_compatible(payload, algo="svpg", path=path)
+    cfg = SVPGConfig(**stored_fields(payload.get("config") or {}, SVPGConfig))
     env = make_env(cfg.env, num_envs=cfg.num_envs)
     try:
         learner = build(cfg, env)
