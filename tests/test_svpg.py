@@ -495,3 +495,271 @@ def test_per_particle_returns_and_load_particle(recipe, tmp_path):
     assert not any("Router" in type(m).__name__ for m in actor.modules())
     with pytest.raises(IndexError, match="0 to 3"):
         load_particle(checkpoint, 4)
+
+
+# --------------------------------------------------------------------------- PPO particles
+def make_ppo_learner(actors, critics, *, temperature, epochs=1, minibatch_size=None, **kw):
+    from rlkit.objectives.ppo import PPOLoss
+
+    actor, critic = particle_ensemble(actors), particle_ensemble(critics)
+    optimizer = torch.optim.SGD([*actor.parameters(), *critic.parameters()], lr=kw.pop("lr"))
+    return SVPGLearner(
+        actor=actor,
+        critic=critic,
+        estimator=GAE(gamma=0.99, lmbda=0.95, value_network=critic),
+        loss=PPOLoss(actor, critic, clip_epsilon=0.1, normalize_advantage=False),
+        optimizer=optimizer,
+        frames_per_batch=32,
+        temperature=temperature,
+        epochs=epochs,
+        minibatch_size=minibatch_size,
+        **kw,
+    )
+
+
+def off_policy(batch, seed: int = 0):
+    """The batch with its behaviour log-probs moved by up to +-0.3, so that the ratios start
+    away from 1 and the clip range (0.1) cuts some of them."""
+    batch = batch.clone()
+    gen = torch.Generator().manual_seed(seed)
+    shift = (torch.rand(batch.shape, generator=gen) - 0.5) * 0.6
+    batch[keys.ACTION_LOG_PROB] = batch[keys.ACTION_LOG_PROB] + shift
+    return batch
+
+
+def reference_ppo_loss(actor, critic, block, *, clip=0.1, normalize=False):
+    """PPO's clipped surrogate and value regression written out in plain torch on one
+    particle's own samples (block: [envs, T], advantages already written)."""
+    obs, action = block[keys.OBSERVATION], block[keys.ACTION]
+    logits = actor.module[0].module(obs)  # the particle's own network: [envs, T, A]
+    log_prob = torch.log_softmax(logits, dim=-1).gather(-1, action.unsqueeze(-1)).squeeze(-1)
+    adv = block[keys.ADVANTAGE].squeeze(-1)
+    if normalize:
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    ratio = torch.exp(log_prob - block[keys.ACTION_LOG_PROB])
+    surrogate = torch.min(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv)
+    value = critic.module(obs).squeeze(-1)
+    target = block[keys.VALUE_TARGET].squeeze(-1)
+    return -surrogate.mean() + 0.5 * (0.5 * (value - target) ** 2).mean(), ratio
+
+
+def with_advantages(actor, critic, block):
+    block = block.clone()
+    GAE(gamma=0.99, lmbda=0.95, value_network=critic)(block)
+    return block
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_one_ppo_particle_at_temperature_1_is_a_plain_ppo_step(env, normalize):
+    """One particle: the kernel is 1 and its gradient 0, so phi = grad J / alpha, and with
+    alpha = 1 SVPG is its particle algorithm. Two epochs of the clipped surrogate by hand."""
+    actors, critics = members(env, 1, seed=4)
+    learner = make_ppo_learner(
+        actors, critics, temperature=1.0, epochs=2, minibatch_size=32, lr=0.5,
+        max_grad_norm=None, normalize_advantage=normalize,
+    )  # fmt: skip
+    batch = off_policy(collect(env, learner.collect_policy()))
+    block = with_advantages(actors[0], critics[0], batch)  # GAE before the first step
+    ratios = []
+    for _ in range(2):  # the reference: two SGD steps (lr 0.5) on the whole batch
+        params = [*actors[0].parameters(), *critics[0].parameters()]
+        loss, ratio = reference_ppo_loss(actors[0], critics[0], block, normalize=normalize)
+        grads = torch.autograd.grad(loss, params)
+        with torch.no_grad():
+            for p, g in zip(params, grads):
+                p -= 0.5 * g
+        ratios.append(ratio.detach())
+    clipped = ((ratios[0] - 1).abs() > 0.1).float().mean()
+    assert 0.2 < float(clipped) < 0.9  # the clip range is doing something
+
+    learner.update(batch.clone(), context())
+
+    torch.testing.assert_close(
+        learner.actor_nets.flat_parameters()[0], flat(actors[0].parameters()),
+        atol=1e-6, rtol=1e-5,
+    )  # fmt: skip
+    torch.testing.assert_close(
+        learner.critic_nets.flat_parameters()[0], flat(critics[0].parameters()),
+        atol=1e-6, rtol=1e-5,
+    )  # fmt: skip
+
+
+def test_stein_step_with_ppo_particles_is_the_kernel_formula_on_their_ppo_gradients(env):
+    """Two PPO particles, one step: each actor moves by phi_i = 1/2 sum_j [k_ji grad J_j /
+    alpha + grad_j k_ji] (the double loop above) of the hand-written clipped-surrogate
+    gradients, each critic by its own value gradient."""
+    actors, critics = members(env, 2, seed=5)
+    learner = make_ppo_learner(
+        actors, critics, temperature=0.5, minibatch_size=16, lr=1.0, max_grad_norm=None
+    )
+    batch = off_policy(collect(env, learner.collect_policy()), seed=1)
+    theta0, critic0 = learner.actor_nets.flat_parameters(), learner.critic_nets.flat_parameters()
+
+    learner.update(batch.clone(), context())
+
+    actor_grads, critic_grads = [], []
+    for p in (0, 1):
+        block = with_advantages(actors[p], critics[p], batch[2 * p : 2 * p + 2])
+        loss, _ = reference_ppo_loss(actors[p], critics[p], block)
+        grads = torch.autograd.grad(loss, [*actors[p].parameters(), *critics[p].parameters()])
+        n = len(list(actors[p].parameters()))
+        actor_grads.append(flat(grads[:n]))
+        critic_grads.append(flat(grads[n:]))
+    theta = torch.stack([flat(a.parameters()) for a in actors])
+    torch.testing.assert_close(theta, theta0)
+    phi = reference_phi(
+        theta, -torch.stack(actor_grads), temperature=0.5, h=reference_bandwidth(theta)
+    )
+    torch.testing.assert_close(
+        learner.actor_nets.flat_parameters() - theta0, phi.float(), atol=1e-6, rtol=1e-4
+    )
+    torch.testing.assert_close(
+        learner.critic_nets.flat_parameters() - critic0, -torch.stack(critic_grads),
+        atol=1e-6, rtol=1e-4,
+    )  # fmt: skip
+
+
+def test_particle_minibatches_take_equal_shares_of_each_particles_own_samples(env):
+    from tensordict import TensorDict
+
+    actors, critics = members(env, 2)
+    learner = make_ppo_learner(actors, critics, temperature=1.0, minibatch_size=3, lr=1.0)
+    rows = torch.arange(4 * 5).reshape(4, 5)  # 4 envs x 5 steps: envs 0-1 are particle 0
+    data = TensorDict({"row": rows}, batch_size=[4, 5])
+    chunks = list(learner.particle_minibatches(data, torch.Generator().manual_seed(0)))
+    assert [c.shape[0] for c in chunks] == [6, 6, 6, 2]  # 3 + 3 per step, last 1 + 1
+    seen = {0: [], 1: []}
+    for c in chunks:
+        half = c.shape[0] // 2
+        for p, block in enumerate((c["row"][:half], c["row"][half:])):
+            assert all(int(r) // 10 == p for r in block)  # particle p's own rows only
+            seen[p] += block.tolist()
+    assert sorted(seen[0]) == list(range(10)) and sorted(seen[1]) == list(range(10, 20))
+    again = list(learner.particle_minibatches(data, torch.Generator().manual_seed(0)))
+    assert all(torch.equal(a["row"], b["row"]) for a, b in zip(chunks, again))
+
+
+# --------------------------------------------------------------------------- particle files
+@pytest.fixture(scope="module")
+def ppo_run(tmp_path_factory):
+    """A short run with PPO particles, a periodic checkpoint and the best snapshot."""
+    from rlkit.algorithms.svpg import main
+
+    run_dir = tmp_path_factory.mktemp("svpg-ppo")
+    main(
+        ["--particle", "ppo", "--epochs", "2", "--minibatch-size", "20", "--total-frames",
+         "640", "--checkpoint-every", "320", "--snapshot-best", "true", "--eval-every", "320",
+         "--eval-episodes", "4", "--progress", "false", "--run-dir", str(run_dir)]
+    )  # fmt: skip
+    return run_dir
+
+
+def test_one_file_per_particle_with_each_checkpoint(ppo_run):
+    from rlkit.algorithms.svpg import PARTICLE_FORMAT, particle_file
+
+    assert particle_file("last", 2) == "particles/particle_2.pt"
+    for checkpoint in ("last", "best", "frames_000000000320", "frames_000000000640"):
+        assert (ppo_run / "checkpoints" / f"{checkpoint}.pt").is_file()
+        for p in range(4):
+            path = ppo_run / particle_file(checkpoint, p)
+            payload = torch.load(path, weights_only=True)  # tensors and plain containers only
+            assert payload["format"] == PARTICLE_FORMAT and payload["index"] == p
+            assert payload["config"]["particle"] == "ppo"
+    assert not list((ppo_run / "particles").rglob("*.tmp"))  # written through atomic_save
+
+
+def test_each_particle_file_reproduces_its_particle_of_the_ensemble(ppo_run):
+    from tensordict import TensorDict
+
+    from rlkit.algorithms.svpg import build, load_particle
+    from rlkit.configs.svpg import SVPGConfig
+    from rlkit.envs import make_env
+    from rlkit.training import checkpoint as ckpt
+    from rlkit.training.config import stored_fields
+
+    payload = ckpt.load(ppo_run / "checkpoints" / "last.pt")
+    cfg = SVPGConfig(**stored_fields(payload["config"], SVPGConfig))
+    cartpole = make_env("CartPole-v1", num_envs=4)
+    learner = build(cfg, cartpole)
+    cartpole.close()
+    for name, module in learner.modules().items():
+        module.load_state_dict(payload["modules"][name])
+    obs = torch.randn(8, 4)  # rows 2p, 2p + 1 are particle p's
+    torch.manual_seed(0)
+    ensemble = learner.collect_policy()(TensorDict({keys.OBSERVATION: obs}, batch_size=[8]))
+    for p in range(4):
+        actor = load_particle(ppo_run / "particles" / f"particle_{p}.pt")
+        rows = slice(2 * p, 2 * p + 2)
+        own = TensorDict({keys.OBSERVATION: obs[rows]}, batch_size=[2])
+        dist = actor.get_dist(own)
+        torch.testing.assert_close(
+            dist.log_prob(ensemble[keys.ACTION][rows]), ensemble[keys.ACTION_LOG_PROB][rows],
+            rtol=0, atol=1e-6,
+        )  # fmt: skip
+        greedy = learner.actor.get_dist(TensorDict({keys.OBSERVATION: obs}, [8])).logits
+        assert torch.equal(dist.logits.argmax(-1), greedy[rows].argmax(-1))
+        assert type(actor).__name__ == "ProbabilisticActor"
+    with pytest.raises(ValueError, match="holds particle 1, not 3"):
+        load_particle(ppo_run / "particles" / "particle_1.pt", 3)
+
+
+def test_a_corrupt_or_foreign_particle_file_gives_a_clear_error(ppo_run, tmp_path):
+    import pickle
+
+    from rlkit.algorithms.svpg import load_particle
+    from rlkit.training.errors import CheckpointError
+
+    good = (ppo_run / "particles" / "particle_0.pt").read_bytes()
+    truncated = tmp_path / "particle_0.pt"
+    truncated.write_bytes(good[: len(good) // 2])
+    with pytest.raises(CheckpointError, match="corrupt or not a safe rlkit SVPG file"):
+        load_particle(truncated)
+    unsafe = tmp_path / "unsafe.pt"  # a pickled object: refused by weights_only, never run
+    unsafe.write_bytes(pickle.dumps(SimpleNamespace(actor=1), protocol=2))
+    with pytest.raises(CheckpointError, match="corrupt or not a safe rlkit SVPG file"):
+        load_particle(unsafe)
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"weights": torch.zeros(3)}, foreign)
+    with pytest.raises(CheckpointError, match="neither an SVPG particle file"):
+        load_particle(foreign)
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_particle(tmp_path / "missing.pt")
+    with pytest.raises(TypeError, match="name the particle"):
+        load_particle(ppo_run / "checkpoints" / "last.pt")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(clip_epsilon=0.1), "--clip-epsilon belongs to PPO particles.* --particle ppo"),
+        (dict(minibatch_size=16), "--minibatch-size belongs to PPO particles"),
+        (dict(particle="ppo", minibatch_size=41), "larger than a particle's batch .* = 40"),
+        (dict(particle="ppo", clip_epsilon=0.0), "--clip-epsilon must be > 0"),
+        (dict(particle="trpo"), "--particle 'trpo' is not a particle algorithm"),
+    ],
+)
+def test_config_refuses_ppo_flags_without_ppo_particles(recipe, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        recipe.SVPGConfig(**kwargs)
+
+
+def test_particle_flags_pick_the_loss(recipe):
+    from rlkit.algorithms.svpg import particle_loss
+    from rlkit.objectives.ppo import PPOLoss
+
+    actors, critics = members(make_env_for_specs(), 2)
+    actor, critic = particle_ensemble(actors), particle_ensemble(critics)
+    a2c = particle_loss(recipe.SVPGConfig(), actor, critic)
+    assert type(a2c) is A2CLoss
+    ppo = particle_loss(recipe.SVPGConfig(particle="ppo"), actor, critic)
+    assert type(ppo) is PPOLoss and ppo.clip_epsilon == 0.2 and not ppo.normalize_advantage
+    narrow = particle_loss(recipe.SVPGConfig(particle="ppo", clip_epsilon=0.05), actor, critic)
+    assert narrow.clip_epsilon == 0.05
+
+
+def make_env_for_specs():
+    from rlkit.envs import make_env
+
+    cartpole = make_env("CartPole-v1", num_envs=1)
+    cartpole.close()
+    return cartpole

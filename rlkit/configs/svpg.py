@@ -136,6 +136,11 @@ class SVPGConfig(TrainConfig):
         self._check_particle_flags()
 
     def _check_particle_flags(self) -> None:
+        if self.particle not in PARTICLE_ALGORITHMS:
+            raise ValueError(
+                f"--particle {self.particle!r} is not a particle algorithm: use one of "
+                f"{', '.join(PARTICLE_ALGORITHMS)}"
+            )
         if self.particle != "ppo":
             for name in ("minibatch_size", "clip_epsilon"):
                 if getattr(self, name) is not None:
