@@ -6,6 +6,7 @@ in the torch-free :mod:`rlkit.configs.a2c` and are imported here under their old
 
 from __future__ import annotations
 
+from rlkit.algorithms.critic import policy_gradient_learner
 from rlkit.algorithms.onpolicy import (
     PolicyGradientLearner,
     attach_intrinsic_from_config,
@@ -21,7 +22,12 @@ from rlkit.value import GAE
 # 2-5. networks, estimator, loss, learner ----------------------------------------------------
 def build(cfg: A2CConfig, env) -> PolicyGradientLearner:
     actor, critic, obs_norm = build_actor_critic(cfg, env)
-    estimator = GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic)
+    estimator = GAE(
+        gamma=cfg.gamma,
+        lmbda=cfg.gae_lambda,
+        value_network=critic,
+        empirical_returns=getattr(cfg, "empirical_returns", False),
+    )
     loss = A2CLoss(
         actor,
         critic,
@@ -29,13 +35,13 @@ def build(cfg: A2CConfig, env) -> PolicyGradientLearner:
         value_coef=cfg.value_coef,
         normalize_advantage=cfg.normalize_advantage,
     )
-    learner = PolicyGradientLearner(
+    learner = policy_gradient_learner(
+        cfg,
         algo="a2c",
         actor=actor,
         critic=critic,
         estimator=estimator,
         loss=loss,
-        cfg=cfg,
         obs_norm=obs_norm,
     )
     attach_intrinsic_from_config(learner, cfg, env)

@@ -286,9 +286,9 @@ class PolicyGradientLearner(Learner):
         return out
 
     def _minibatches(
-        self, flat: TensorDictBase, generator: torch.Generator
+        self, flat: TensorDictBase, generator: torch.Generator, *, size: int | None = None
     ) -> Iterable[TensorDictBase]:
-        size = self.cfg.minibatch
+        size = self.cfg.minibatch if size is None else size
         n = flat.shape[0]
         if size >= n:
             # one minibatch per epoch: the mean loss over the whole batch does not depend on
@@ -319,8 +319,15 @@ class PolicyGradientLearner(Learner):
         flat, sched = self.prepare(batch, ctx)
         result: dict[str, float] = {}
         for groups in self.phases():
-            result |= update_loop(groups, flat, ctx, minibatches=self._minibatches)
+            minibatches = self.phase_minibatches(groups)
+            result |= update_loop(groups, flat, ctx, minibatches=minibatches)
         return self.finish(batch, result, ctx) | sched
+
+    def phase_minibatches(self, groups: list[LossGroup]):
+        """How a phase of :meth:`phases` splits the batch: ``--minibatch-size`` here (a
+        learner whose groups train on other minibatches overrides it)."""
+        del groups
+        return self._minibatches
 
     def shared_update(self) -> bool:
         """Whether this learner updates through :meth:`prepare`, :meth:`phases` and

@@ -285,7 +285,10 @@ class _ValueEstimator(nn.Module):
         return inputs, t - td.batch_dims - 1
 
     def extra_repr(self) -> str:
-        return f"gamma={self.gamma}, lmbda={self.lmbda}, time_dim={self.time_dim}"
+        out = f"gamma={self.gamma}, lmbda={self.lmbda}, time_dim={self.time_dim}"
+        return out + (
+            ", empirical_returns=True" if getattr(self, "empirical_returns", False) else ""
+        )
 
 
 class GAE(_ValueEstimator):
@@ -304,6 +307,11 @@ class GAE(_ValueEstimator):
         time_dim: batch dim of time for unnamed TensorDicts (default: the last one).
         recompute_values: call ``value_network`` even when values are present (e.g. values
             written at collection by an older critic).
+        empirical_returns: write the rollout's discounted return
+            (:func:`rlkit.value.functional.discounted_return`: reward-to-go, bootstrapped
+            only at truncations and at the batch's end) to ``keys.VALUE_TARGET`` instead of
+            :math:`A_t + V_t`; the advantage is GAE's either way (pyrado's
+            ``use_empirical_returns``).
 
     Example:
         >>> import torch
@@ -318,10 +326,34 @@ class GAE(_ValueEstimator):
         [1.75, 1.5, 1.0]
     """
 
+    def __init__(
+        self,
+        *,
+        gamma: float,
+        lmbda: float,
+        value_network: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        time_dim: int | None = None,
+        recompute_values: bool = False,
+        empirical_returns: bool = False,
+    ) -> None:
+        super().__init__(
+            gamma=gamma,
+            lmbda=lmbda,
+            value_network=value_network,
+            time_dim=time_dim,
+            recompute_values=recompute_values,
+        )
+        if not isinstance(empirical_returns, bool):
+            raise TypeError(f"empirical_returns must be a bool, got {empirical_returns!r}")
+        self.empirical_returns = empirical_returns
+
     @torch.no_grad()
     def forward(self, td: TensorDictBase, *, time_dim: int | None = None) -> TensorDictBase:
         inputs, fdim = self._common(td, time_dim)
         advantage, target = F.gae(**inputs, gamma=self.gamma, lmbda=self.lmbda, time_dim=fdim)
+        if self.empirical_returns:
+            del inputs["value"]
+            target = F.discounted_return(**inputs, gamma=self.gamma, time_dim=fdim)
         td.set(self._key("advantage"), advantage)
         td.set(self._key("value_target"), target)
         return td

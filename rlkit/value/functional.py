@@ -43,7 +43,14 @@ import numbers
 
 import torch
 
-__all__ = ["continuing_next_value", "gae", "non_episodic_gae", "td_lambda", "vtrace"]
+__all__ = [
+    "continuing_next_value",
+    "discounted_return",
+    "gae",
+    "non_episodic_gae",
+    "td_lambda",
+    "vtrace",
+]
 
 
 # --------------------------------------------------------------------------- validation
@@ -317,6 +324,51 @@ def td_lambda(
     b = _time_major(b, time_dim)
     last = next_value.select(time_dim, -1) if reward.shape[time_dim] else None
     return _from_time_major(_reverse_recurrence_(a, b, last), time_dim)
+
+
+def discounted_return(
+    reward: torch.Tensor,
+    next_value: torch.Tensor,
+    done: torch.Tensor,
+    terminated: torch.Tensor,
+    *,
+    gamma: float,
+    time_dim: int = -2,
+) -> torch.Tensor:
+    r"""The rollout's discounted return (reward-to-go), the critic's empirical target.
+
+    .. math::
+
+        G_t = r_t + \gamma (1 - \mathrm{term}_t)\, G_{t+1},
+
+    summed within the episode: at a terminated step :math:`G_t = r_t`; at a truncated step
+    (done, not terminated) and at the batch's last step, where the rest of the episode was
+    not collected, :math:`G_{t+1}` is replaced by the bootstrap :math:`V'_t`. Nothing else
+    reads the critic, so the target is Monte-Carlo wherever the episode ended inside the
+    batch (pyrado's ``GAE.update(use_empirical_returns=True)``, whose ``discounted_values``
+    sums whole rollouts).
+
+    This is :func:`td_lambda` with :math:`\lambda = 1` (and :func:`gae`'s value target at
+    :math:`\lambda = 1` when :math:`V'_t = V_{t+1}` within episodes), named for what it is.
+
+    Args:
+        reward, next_value, done, terminated: as for :func:`gae`; ``next_value`` is read
+            only at truncated steps and at the last step.
+        gamma: discount in [0, 1].
+        time_dim: the time dimension of every input.
+
+    Returns:
+        the return, of the input shape, without grad.
+
+    Example:
+        >>> r = torch.ones(1, 3, 1); v = torch.full((1, 3, 1), 10.0)
+        >>> term = torch.tensor([[[False], [True], [False]]])
+        >>> discounted_return(r, v, term, term, gamma=0.5).flatten().tolist()
+        [1.5, 1.0, 6.0]
+    """
+    return td_lambda(
+        reward, next_value, done, terminated, gamma=gamma, lmbda=1.0, time_dim=time_dim
+    )
 
 
 @torch.no_grad()
