@@ -400,9 +400,12 @@ def check_schedules(loss: nn.Module, schedules_: Mapping[str, tuple[float, float
 def build_actor_critic(
     cfg: PolicyGradientConfig, env
 ) -> tuple[nn.Module, nn.Module, nn.Module | None]:
-    """:func:`rlkit.modules.actor_critic_networks` with a config's network flags."""
+    """:func:`rlkit.modules.actor_critic_networks` with a config's network flags
+    (``--encoder`` and ``--feature-dim`` where the config has them, else the MLP)."""
     return actor_critic_networks(
         env,
+        encoder=getattr(cfg, "encoder", "mlp"),
+        feature_dim=getattr(cfg, "feature_dim", None),
         hidden=cfg.hidden,
         activation=cfg.activation,
         normalize_obs=cfg.normalize_obs,

@@ -287,6 +287,7 @@ def build_ppg_networks(cfg: PPGConfig, env) -> PPGNetworks:
         env,
         arch=cfg.arch,
         encoder=cfg.encoder,
+        feature_dim=cfg.feature_dim,
         hidden=cfg.hidden,
         activation=cfg.activation,
         init_fn=cfg.init_fn,

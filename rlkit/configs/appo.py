@@ -24,11 +24,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rlkit.configs import ppo
+from rlkit.configs.encoders import EncoderConfig
 from rlkit.configs.impala import VTraceConfig
 
 
 @dataclass(frozen=True)
-class APPOConfig(VTraceConfig):
+class APPOConfig(EncoderConfig, VTraceConfig):
     """Train APPO. Defaults solve CartPole-v1; flags override."""
 
     total_frames: int = field(default=500_000, metadata={"help": "frames to train for"})

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rlkit.configs.encoders import EncoderConfig
 from rlkit.configs.onpolicy import PolicyGradientConfig
 
 # shared by the V-trace recipes (IMPALA, APPO) and IMPALA's learner ------------------------
@@ -82,7 +83,7 @@ class VTraceConfig(PolicyGradientConfig):
 
 
 @dataclass(frozen=True)
-class IMPALAConfig(VTraceConfig):
+class IMPALAConfig(EncoderConfig, VTraceConfig):
     """Train IMPALA. Defaults solve CartPole-v1; flags override."""
 
     total_frames: int = field(default=500_000, metadata={"help": "frames to train for"})

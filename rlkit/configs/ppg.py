@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlkit.configs import ppo
+from rlkit.configs.encoders import EncoderConfig
 from rlkit.configs.onpolicy import ClipConfig, IntrinsicConfig
 from rlkit.training.config import non_negative, positive
 
@@ -32,8 +33,6 @@ from rlkit.training.config import non_negative, positive
 ARCHS = ("dual", "shared")
 #: ``--init-fn`` choices (rllte's init_fn)
 INIT_FNS = ("orthogonal", "xavier_uniform", "xavier_normal", "default")
-#: ``--encoder`` choices: an MLP, or the IMPALA CNN for image observations
-ENCODERS = ("mlp", "impala")
 
 
 def _help(text: str, **kw: Any) -> dict[str, Any]:
@@ -41,7 +40,7 @@ def _help(text: str, **kw: Any) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class PPGConfig(IntrinsicConfig, ClipConfig):
+class PPGConfig(EncoderConfig, IntrinsicConfig, ClipConfig):
     """Train PPG. Defaults solve CartPole-v1; flags override (see --help).
 
     On top of the on-policy flags (``--epochs`` is the policy epochs)."""
@@ -88,10 +87,6 @@ class PPGConfig(IntrinsicConfig, ClipConfig):
             "dual: separate policy and value networks; shared: one trunk, detached value head",
             choices=ARCHS,
         ),
-    )
-    encoder: str = field(
-        default="mlp",
-        metadata=_help("mlp, or impala (IMPALA CNN for image observations)", choices=ENCODERS),
     )
     init_fn: str = field(
         default="orthogonal",

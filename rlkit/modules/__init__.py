@@ -13,7 +13,18 @@ from rlkit.modules.critics import (
     q_critic_discrete,
     value_critic,
 )
-from rlkit.modules.networks import ImpalaCNN, NatureCNN, init_orthogonal_, mlp, mlp_body
+from rlkit.modules.networks import (
+    ENCODERS,
+    ChannelsLast,
+    ImpalaCNN,
+    MinAtarCNN,
+    NatureCNN,
+    image_layout,
+    init_orthogonal_,
+    make_encoder,
+    mlp,
+    mlp_body,
+)
 from rlkit.modules.normalization import (
     BatchRewardNorm,
     Normalize,
@@ -25,7 +36,10 @@ from rlkit.modules.target import TargetNetwork
 
 __all__ = [
     "ActionSpecMismatchError",
+    "ChannelsLast",
+    "ENCODERS",
     "ImpalaCNN",
+    "MinAtarCNN",
     "NatureCNN",
     "Normalize",
     "ObservationNorm",
@@ -38,8 +52,10 @@ __all__ = [
     "check_actor_spec",
     "check_env_compat",
     "gaussian_actor",
+    "image_layout",
     "init_orthogonal_",
     "make_actor",
+    "make_encoder",
     "make_q",
     "make_value",
     "mlp",

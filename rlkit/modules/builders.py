@@ -10,6 +10,7 @@ from torch import nn
 from rlkit import keys
 from rlkit.modules.actors import make_actor
 from rlkit.modules.critics import make_value
+from rlkit.modules.networks import make_encoder
 from rlkit.modules.normalization import Normalize, RunningMeanStd
 
 __all__ = ["actor_critic_networks", "gaussian_kwargs"]
@@ -41,6 +42,8 @@ def actor_critic_networks(
     init_log_std: float | None = None,
     actor_hidden: Sequence[int] | None = None,
     critic_hidden: Sequence[int] | None = None,
+    encoder: str = "mlp",
+    feature_dim: int | None = None,
 ) -> tuple[nn.Module, nn.Module, RunningMeanStd | None]:
     """Separate actor and V critic sized from ``env``'s specs: ``(actor, critic, obs_norm)``.
 
@@ -48,18 +51,76 @@ def actor_critic_networks(
     :class:`RunningMeanStd` (returned third, for the learner to update); else it is ``None``.
     ``init_log_std``: a Gaussian policy's initial log-std (None: 0; continuous actions only).
     ``actor_hidden`` / ``critic_hidden``: each network's hidden sizes (None: ``hidden``).
+    ``encoder``: ``"mlp"`` (flat observations), or an image encoder of
+    :func:`~rlkit.modules.networks.make_encoder` (``"nature"``, ``"impala"``, ``"minatar"``,
+    ``feature_dim`` its output width) that each network gets its own of, before its hidden
+    layers.
     """
     obs_spec, act_spec = env.observation_spec, env.action_spec
+    actor_net = dict(hidden=tuple(actor_hidden or hidden), activation=activation)
+    critic_net = dict(hidden=tuple(critic_hidden or hidden), activation=activation)
+    if encoder != "mlp":
+        std = gaussian_kwargs(env, init_log_std)
+        image = dict(encoder=encoder, feature_dim=feature_dim, normalize_obs=normalize_obs)
+        return _image_actor_critic(env, actor_net=actor_net | std, critic_net=critic_net, **image)
+    _check_mlp_observation(env, feature_dim)
     obs_norm = backbone = in_features = None
     if normalize_obs:
         shape = obs_spec[keys.OBSERVATION].shape[len(env.batch_size) :]
         obs_norm = RunningMeanStd(shape)
         backbone, in_features = Normalize(obs_norm), int(torch.Size(shape).numel())
-    actor_net = dict(hidden=tuple(actor_hidden or hidden), activation=activation)
-    critic_net = dict(hidden=tuple(critic_hidden or hidden), activation=activation)
     std = gaussian_kwargs(env, init_log_std)
     actor = make_actor(
         obs_spec, act_spec, backbone=backbone, in_features=in_features, **actor_net, **std
     )
     critic = make_value(obs_spec, backbone=backbone, in_features=in_features, **critic_net)
     return actor, critic, obs_norm
+
+
+def _obs_shape(env) -> tuple[int, ...] | None:
+    """One observation's shape (env batch dims stripped), or None without an ``observation``
+    entry (a Dict observation space)."""
+    spec = env.observation_spec
+    if keys.OBSERVATION not in spec.keys(True):
+        return None
+    return tuple(spec[keys.OBSERVATION].shape[len(env.batch_size) :])
+
+
+def _check_mlp_observation(env, feature_dim: int | None) -> None:
+    """``--encoder mlp`` on images, or with ``--feature-dim``: an error naming the fix (other
+    observations are the actor builders' to check, as before)."""
+    shape = _obs_shape(env)
+    if feature_dim is not None or (shape is not None and len(shape) == 3):
+        make_encoder("mlp", shape or (1,), feature_dim=feature_dim)
+
+
+def _image_actor_critic(
+    env,
+    *,
+    encoder: str,
+    feature_dim: int | None,
+    normalize_obs: bool,
+    actor_net: dict,
+    critic_net: dict,
+) -> tuple[nn.Module, nn.Module, None]:
+    """:func:`actor_critic_networks` with an image encoder: each network its own encoder (as
+    the MLP path keeps actor and critic apart), then its hidden layers and head."""
+    if normalize_obs:
+        raise ValueError(
+            f"--normalize-obs applies to vector observations; the {encoder} encoder scales uint8 "
+            "pixels to [0, 1] itself: drop --normalize-obs or use --encoder mlp"
+        )
+    shape = _obs_shape(env)
+    if shape is None:
+        raise ValueError(
+            f"--encoder {encoder} reads an image under {keys.OBSERVATION!r}, and this env's "
+            f"observations have no such entry (a Dict observation space): use --encoder mlp"
+        )
+
+    def features() -> dict:
+        enc, width = make_encoder(encoder, shape, feature_dim=feature_dim)
+        return dict(backbone=enc, in_features=width)
+
+    actor = make_actor(env.observation_spec, env.action_spec, **features(), **actor_net)
+    critic = make_value(env.observation_spec, **features(), **critic_net)
+    return actor, critic, None

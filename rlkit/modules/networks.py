@@ -1,4 +1,5 @@
-"""Network builders: orthogonally initialised MLPs and the two standard Atari/Procgen CNNs.
+"""Network builders: orthogonally initialised MLPs, the standard pixel encoders (Nature,
+IMPALA, MinAtar) and :func:`make_encoder`, the one registry the recipes' ``--encoder`` reads.
 
 Every builder returns a plain ``torch.nn.Module`` that maps tensors to tensors; the actor
 and critic builders (``rlkit.modules.actors`` / ``rlkit.modules.critics``) wrap them into
@@ -23,9 +24,14 @@ from torch import nn
 
 __all__ = [
     "ACTIVATIONS",
+    "ChannelsLast",
+    "ENCODERS",
     "ImpalaCNN",
+    "MinAtarCNN",
     "NatureCNN",
+    "image_layout",
     "init_orthogonal_",
+    "make_encoder",
     "mlp",
     "mlp_body",
     "resolve_activation",
@@ -200,6 +206,14 @@ def _conv_out(size: int, kernel: int, stride: int, padding: int = 0) -> int:
     return (size + 2 * padding - kernel) // stride + 1
 
 
+def _check_features(features: int) -> int:
+    if isinstance(features, bool) or not isinstance(features, int) or features < 1:
+        raise ValueError(
+            f"features (the encoder's output width) must be a positive int, got {features!r}"
+        )
+    return features
+
+
 class NatureCNN(_ImageEncoder):
     """The DQN encoder of Mnih et al. (2015), "Human-level control through deep RL".
 
@@ -227,8 +241,11 @@ class NatureCNN(_ImageEncoder):
         for k, s in ((8, 4), (4, 2), (3, 1)):
             h, w = _conv_out(h, k, s), _conv_out(w, k, s)
         if h < 1 or w < 1:
-            raise ValueError(f"NatureCNN needs images of at least 36x36, got {in_shape!r}")
-        self.out_features = features
+            raise ValueError(
+                f"NatureCNN needs images of at least 36x36, got {in_shape!r}: use ImpalaCNN or "
+                "MinAtarCNN (--encoder impala or minatar) for smaller images"
+            )
+        self.out_features = _check_features(features)
         self.net = nn.Sequential(
             nn.Conv2d(c, 32, 8, stride=4),
             nn.ReLU(),
@@ -300,7 +317,7 @@ class ImpalaCNN(_ImageEncoder):
         for out_c in channels:
             stacks.append(_impala_stack(c, out_c))
             c, h, w = out_c, _conv_out(h, 3, 2, 1), _conv_out(w, 3, 2, 1)
-        self.out_features = features
+        self.out_features = _check_features(features)
         self.net = nn.Sequential(
             *stacks,
             nn.ReLU(),
@@ -308,3 +325,164 @@ class ImpalaCNN(_ImageEncoder):
             init_orthogonal_(nn.Linear(c * h * w, features), HIDDEN_GAIN),
             nn.ReLU(),
         )
+
+
+class MinAtarCNN(_ImageEncoder):
+    """The MinAtar network of Young & Tian (2019), "MinAtar: An Atari-Inspired Testbed".
+
+    ``conv(16, 3x3, s1, no padding) -> ReLU -> flatten -> Linear(features) -> ReLU``: on
+    MinAtar's 10x10 frames the conv gives 16 x 8 x 8 = 1024 features before the dense layer
+    (the reference DQN, ``MinAtar/examples/dqn.py``). Orthogonal init with gain
+    :math:`\\sqrt{2}`, zero biases, as the other encoders here.
+
+    Input: ``[*, C, H, W]``, uint8 (divided by 255) or float. Output: ``[*, features]``.
+
+    Args:
+        in_shape: ``(C, H, W)``, e.g. ``(4, 10, 10)`` for MinAtar Breakout.
+        features: width of the dense layer (128 in the paper).
+
+    Example:
+        >>> enc = MinAtarCNN((4, 10, 10))
+        >>> enc(torch.zeros(2, 4, 10, 10, dtype=torch.uint8)).shape
+        torch.Size([2, 128])
+    """
+
+    def __init__(self, in_shape: Sequence[int], *, features: int = 128) -> None:
+        super().__init__()
+        self.in_shape = self._check_shape(in_shape)
+        c, h, w = self.in_shape
+        h, w = _conv_out(h, 3, 1), _conv_out(w, 3, 1)
+        if h < 1 or w < 1:
+            raise ValueError(f"MinAtarCNN needs images of at least 3x3, got {in_shape!r}")
+        self.out_features = _check_features(features)
+        self.net = nn.Sequential(
+            nn.Conv2d(c, 16, 3, stride=1),
+            nn.ReLU(),
+            nn.Flatten(),
+            nn.Linear(16 * h * w, features),
+            nn.ReLU(),
+        )
+        for m in self.net:
+            init_orthogonal_(m, HIDDEN_GAIN)
+
+
+class ChannelsLast(nn.Module):
+    """Run a channels-first image encoder on ``[*, H, W, C]`` images (gymnasium's layout).
+
+    Moves the channel axis in front of H and W (a view, no copy), so uint8 frames stay uint8
+    until the encoder scales them. ``out_features`` is the encoder's.
+    """
+
+    def __init__(self, encoder: _ImageEncoder) -> None:
+        super().__init__()
+        self.encoder, self.out_features = encoder, encoder.out_features
+        c, h, w = encoder.in_shape
+        self.in_shape = (h, w, c)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-3:] != self.in_shape:
+            raise ValueError(
+                f"{type(self.encoder).__name__} built for channels-last images [*, H, W, C] = "
+                f"[*, {', '.join(map(str, self.in_shape))}], got a tensor of shape "
+                f"{list(x.shape)}"
+            )
+        return self.encoder(x.movedim(-1, -3))
+
+
+#: ``--encoder`` choices: ``mlp`` (flat vector observations, no encoder module) and the image
+#: encoders by name, with their papers' feature widths as defaults
+ENCODERS: dict[str, type[_ImageEncoder] | None] = {
+    "mlp": None,
+    "nature": NatureCNN,
+    "impala": ImpalaCNN,
+    "minatar": MinAtarCNN,
+}
+IMAGE_ENCODERS = "|".join(name for name, cls in ENCODERS.items() if cls is not None)
+
+
+def image_layout(
+    shape: Sequence[int], *, channels_last: bool | None = None
+) -> tuple[tuple[int, int, int], bool]:
+    """``((C, H, W), channels_last)`` of one image observation's shape.
+
+    ``channels_last=None`` guesses: channels-last ``[H, W, C]`` (gymnasium's layout, e.g.
+    ``(96, 96, 3)``, MinAtar's ``(10, 10, 7)``) unless the first axis is smaller than the last
+    (``(4, 84, 84)`` is channels-first). A square stack such as ``(10, 10, 10)`` counts as
+    channels-last; pass ``channels_last=False`` for a channels-first one.
+
+    Example:
+        >>> image_layout((84, 84, 4))
+        ((4, 84, 84), True)
+        >>> image_layout((3, 64, 64))
+        ((3, 64, 64), False)
+    """
+    shape = tuple(int(s) for s in shape)
+    if len(shape) != 3:
+        raise ValueError(f"an image has shape [H, W, C] or [C, H, W], got {list(shape)}")
+    if channels_last is None:
+        channels_last = shape[0] >= shape[-1]
+    if channels_last:
+        return (shape[2], shape[0], shape[1]), True
+    return shape, False
+
+
+def make_encoder(
+    name: str,
+    obs_shape: Sequence[int],
+    *,
+    feature_dim: int | None = None,
+    channels_last: bool | None = None,
+) -> tuple[nn.Module | None, int]:
+    """The feature extractor ``--encoder name`` puts before the MLP layers, and its width.
+
+    ``"mlp"``: no module (the MLP reads the flat observation); the width is the observation's.
+    ``"nature"`` (:class:`NatureCNN`, Mnih et al. 2015), ``"impala"`` (:class:`ImpalaCNN`,
+    Espeholt et al. 2018) and ``"minatar"`` (:class:`MinAtarCNN`, Young & Tian 2019): image
+    observations ``[H, W, C]`` or ``[C, H, W]`` (:func:`image_layout`; channels-last ones are
+    wrapped in :class:`ChannelsLast`), uint8 pixels scaled to [0, 1] inside the encoder.
+
+    Args:
+        name: one of :data:`ENCODERS`.
+        obs_shape: one observation's shape (without the env batch dims).
+        feature_dim: the image encoder's output width (rllte's ``feature_dim``); None: the
+            paper's, 512 (nature), 256 (impala), 128 (minatar). Not for ``"mlp"``.
+        channels_last: the image layout; None guesses it (:func:`image_layout`).
+
+    Raises:
+        ValueError: an unknown name, an MLP on images or a flat observation for an image
+        encoder (each naming the ``--encoder`` to use instead), ``feature_dim`` with mlp.
+
+    Example:
+        >>> enc, width = make_encoder("minatar", (10, 10, 4))
+        >>> width, enc(torch.zeros(8, 10, 10, 4, dtype=torch.uint8)).shape
+        (128, torch.Size([8, 128]))
+    """
+    if name not in ENCODERS:
+        raise ValueError(f"unknown encoder {name!r}: use one of {', '.join(ENCODERS)}")
+    shape = tuple(int(s) for s in obs_shape)
+    cls = ENCODERS[name]
+    if cls is None:
+        if feature_dim is not None:
+            raise ValueError(
+                "--feature-dim sizes an image encoder's output; --encoder mlp has none (its "
+                "layers are --hidden): drop --feature-dim or pick an image encoder"
+            )
+        if len(shape) == 3:
+            raise ValueError(
+                f"--encoder mlp got image observations of shape {shape}: use --encoder "
+                f"{IMAGE_ENCODERS}"
+            )
+        if len(shape) != 1:
+            raise ValueError(
+                f"--encoder mlp needs flat vector observations, got shape {list(shape)}"
+            )
+        return None, shape[0]
+    if len(shape) != 3:
+        raise ValueError(
+            f"--encoder {name} needs image observations [H, W, C] or [C, H, W], got shape "
+            f"{list(shape)}; use --encoder mlp for vector observations"
+        )
+    chw, last = image_layout(shape, channels_last=channels_last)
+    kw = {} if feature_dim is None else {"features": feature_dim}
+    encoder = cls(chw, **kw)
+    return (ChannelsLast(encoder) if last else encoder), encoder.out_features

@@ -14,10 +14,11 @@ from torchrl.modules import ValueOperator
 from rlkit import keys
 
 # the choices are the flags' (--arch, --encoder, --init-fn): declared torch-free with them
-from rlkit.configs.ppg import ARCHS, ENCODERS, INIT_FNS
+from rlkit.configs.encoders import ENCODERS
+from rlkit.configs.ppg import ARCHS, INIT_FNS
 from rlkit.modules.actors import make_actor
 from rlkit.modules.builders import gaussian_kwargs
-from rlkit.modules.networks import mlp, mlp_body
+from rlkit.modules.networks import make_encoder, mlp, mlp_body
 from rlkit.modules.normalization import Normalize, RunningMeanStd
 
 __all__ = ["ARCHS", "ENCODERS", "INIT_FNS", "PPGNetworks", "init_weights_", "ppg_networks"]
@@ -41,43 +42,20 @@ class _Detach(nn.Module):
         return x.detach()
 
 
-class _ChannelsFirst(nn.Module):
-    """``[*, H, W, C]`` gymnasium images -> ``[*, C, H, W]``, then the encoder."""
-
-    def __init__(self, encoder: nn.Module) -> None:
-        super().__init__()
-        self.encoder, self.out_features = encoder, encoder.out_features
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.encoder(x.movedim(-1, -3))
-
-
-def _encoder(encoder: str, obs_shape: Sequence[int], obs_norm: nn.Module | None):
-    """(module, output width) of the feature extractor before the MLP layers."""
-    if encoder == "impala":
-        from rlkit.modules import ImpalaCNN
-
-        if obs_norm is not None:
-            raise ValueError(
-                "--normalize-obs applies to vector observations; the IMPALA CNN scales uint8 "
-                "pixels to [0, 1] itself: drop --normalize-obs or use --encoder mlp"
-            )
-        if len(obs_shape) != 3:
-            raise ValueError(
-                f"--encoder impala needs image observations [H, W, C] or [C, H, W], got shape "
-                f"{list(obs_shape)}; use --encoder mlp for vector observations"
-            )
-        channels_last = obs_shape[-1] <= 4 < obs_shape[0]
-        chw = (obs_shape[2], obs_shape[0], obs_shape[1]) if channels_last else tuple(obs_shape)
-        cnn = ImpalaCNN(chw)
-        return (_ChannelsFirst(cnn) if channels_last else cnn), cnn.out_features
-    if len(obs_shape) != 1:
+def _encoder(
+    encoder: str, obs_shape: Sequence[int], obs_norm: nn.Module | None, feature_dim: int | None
+) -> tuple[nn.Module | None, int]:
+    """(module, output width) of the feature extractor before the MLP layers
+    (:func:`rlkit.modules.networks.make_encoder`, with the observation normaliser for mlp)."""
+    if encoder != "mlp" and obs_norm is not None:
         raise ValueError(
-            f"--encoder mlp needs flat vector observations, got shape {list(obs_shape)}; use "
-            "--encoder impala for images"
+            f"--normalize-obs applies to vector observations; the {encoder} encoder scales uint8 "
+            "pixels to [0, 1] itself: drop --normalize-obs or use --encoder mlp"
         )
-    width = int(obs_shape[0])
-    return (Normalize(obs_norm) if obs_norm is not None else None), width
+    enc, width = make_encoder(encoder, obs_shape, feature_dim=feature_dim)
+    if obs_norm is not None:
+        enc = Normalize(obs_norm)
+    return enc, width
 
 
 def init_weights_(module: nn.Module, init_fn: str) -> None:
@@ -117,6 +95,7 @@ def ppg_networks(
     *,
     arch: str = "dual",
     encoder: str = "mlp",
+    feature_dim: int | None = None,
     hidden: Sequence[int] = (64, 64),
     activation: str = "tanh",
     init_fn: str = "orthogonal",
@@ -131,6 +110,10 @@ def ppg_networks(
     head; a separate value network of the same shape. ``shared`` (the paper's single-network
     "detach" variant): one trunk; policy head, aux head, and a value head that reads the
     trunk's features detached, so value training never moves the trunk.
+
+    ``encoder`` (:func:`rlkit.modules.networks.make_encoder`: ``mlp``, ``nature``, ``impala``
+    or ``minatar``) starts each body, ``feature_dim`` its output width (None: the paper's);
+    the ``hidden`` layers follow it. ``dual`` gives the value network an encoder of its own.
     """
     if arch not in ARCHS:
         raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
@@ -147,7 +130,7 @@ def ppg_networks(
         )
 
     def body(sizes: Sequence[int]) -> tuple[nn.Module, int]:
-        enc, width = _encoder(encoder, obs_shape, obs_norm)
+        enc, width = _encoder(encoder, obs_shape, obs_norm, feature_dim)
         layers = mlp_body(width, hidden=tuple(sizes), activation=activation)
         return (layers if enc is None else nn.Sequential(enc, layers)), sizes[-1]
 
