@@ -63,3 +63,22 @@ def check_lr_decay_frames(cfg: Any) -> None:
             f"--lr-decay-frames {cfg.lr_decay_frames} shapes --lr-schedule linear, but the "
             f"schedule is {cfg.lr_schedule}: add --lr-schedule linear or drop --lr-decay-frames"
         )
+
+
+def check_batch_floor(cfg: Any) -> None:
+    """``--min-episodes`` / ``--min-steps``: ints >= 1 (or none), one member per run."""
+    for name in ("min_episodes", "min_steps"):
+        value = getattr(cfg, name)
+        flag = "--" + name.replace("_", "-")
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(
+                f"{flag} must be a whole number >= 1 (or none for one --rollout-steps chunk "
+                f"per batch), got {value!r}"
+            )
+        if len(cfg.population_members()) > 1:
+            raise ValueError(
+                f"{flag} gives batches of varying length, which a --population / --sweep run "
+                "cannot stack across its members: drop one or the other"
+            )

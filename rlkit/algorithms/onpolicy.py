@@ -288,8 +288,9 @@ class PolicyGradientLearner(Learner):
     def _minibatches(
         self, flat: TensorDictBase, generator: torch.Generator
     ) -> Iterable[TensorDictBase]:
-        size = self.cfg.minibatch
         n = flat.shape[0]
+        # none: the whole batch, whose length --min-episodes may vary
+        size = n if self.cfg.minibatch_size is None else self.cfg.minibatch_size
         if size >= n:
             # one minibatch per epoch: the mean loss over the whole batch does not depend on
             # the order of its samples, so skip the shuffle and the copy

@@ -13,6 +13,7 @@ from typing import Any
 
 from rlkit.algorithms._checks import (
     LR_DECAY_FRAMES_HELP,
+    check_batch_floor,
     check_lr_decay_frames,
     finite_floats,
 )
@@ -236,10 +237,26 @@ class OnPolicyConfig(PolicyGradientConfig):
     :class:`PolicyGradientConfig` and the GAE lambda."""
 
     gae_lambda: float = field(default=0.95, metadata=_help("GAE lambda"))
+    min_episodes: int | None = field(
+        default=None,
+        metadata=_help(
+            "collect --rollout-steps chunks, continuing the same envs, until the batch holds "
+            "at least this many complete episodes (pyrado's min_rollouts): a batch is "
+            "[num-envs, k x rollout-steps] with k >= 1 varying per batch; none: one chunk"
+        ),
+    )
+    min_steps: int | None = field(
+        default=None,
+        metadata=_help(
+            "at least this many frames per batch on each rank (pyrado's min_steps): "
+            "k = ceil(min-steps / (num-envs x rollout-steps)) chunks; none: one chunk"
+        ),
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
         in_unit_interval(self, "gae_lambda")
+        check_batch_floor(self)
 
 
 @dataclass(frozen=True)
