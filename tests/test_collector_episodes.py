@@ -294,3 +294,30 @@ def test_a_min_episode_run_resumes(tmp_path):
     summary = ppo.main([*SMALL, *run, "--total-frames", "100", "--resume", "last"])
     assert [int(r["frames"]) for r in _metrics(tmp_path / "run")][-2:] == [80, 112]
     assert summary["frames"] == 112
+
+
+def test_ppg_stores_longer_batches_as_rollouts_and_checkpoints_them():
+    """A [N, k T] batch enters PPG's buffer as k N rollouts of T steps; a buffer of batches
+    of different lengths survives state_dict / load_state_dict."""
+    from tensordict import TensorDict
+
+    from rlkit.algorithms import ppg
+
+    cfg = ppg.PPGConfig(env=FIXED, num_envs=2, rollout_steps=4, minibatch_size=8, n_pi=4)
+    env = make_env(FIXED, num_envs=2, seed=0)
+    learner, other = ppg.build(cfg, env), ppg.build(cfg, env)
+    env.close()
+
+    def batch(steps: int) -> TensorDict:
+        obs = torch.arange(2 * steps * 2, dtype=torch.float32).reshape(2, steps, 2)
+        return TensorDict({keys.OBSERVATION: obs, keys.VALUE_TARGET: obs[..., :1]}, [2, steps])
+
+    short, long = learner._store(batch(4)), learner._store(batch(12))
+    assert short.shape == (2, 4) and long.shape == (6, 4)
+    # rollout j of chunk c is row j, steps c T .. (c + 1) T - 1 of the batch
+    torch.testing.assert_close(long[3][keys.OBSERVATION], batch(12)[1, 4:8][keys.OBSERVATION])
+    learner.buffer, learner.phase_iteration = [short, long], 2
+    other.load_state_dict(learner.state_dict())
+    assert [b.shape for b in other.buffer] == [(2, 4), (6, 4)]
+    for mine, theirs in zip(learner.buffer, other.buffer, strict=True):
+        assert (mine == theirs).all()
