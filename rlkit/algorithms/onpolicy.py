@@ -423,8 +423,8 @@ class PolicyGradientLearner(Learner):
 
 def lr_progress(cfg, progress: float) -> float:
     """Progress of ``--lr-schedule linear`` / ``cosine``: ``progress`` (frames /
-    ``--total-frames``), or
-    frames / ``--lr-decay-frames`` when set (then past 1: the final rate is held)."""
+    ``--total-frames``), or frames / ``--lr-decay-frames`` when set (then past 1: the final
+    rate is held)."""
     return schedules.span_progress(progress, cfg.total_frames, cfg.lr_decay_frames)
 
 
