@@ -126,3 +126,84 @@ def test_the_envs_page_dict_example_runs(capsys):
     assert capsys.readouterr().out.splitlines() == [
         "['position'] ['velocity'] torch.Size([4, 16, 2]) torch.Size([4, 16, 1])"
     ]
+
+
+def vtrace_by_hand(mu, logp, reward, value, next_value, done, terminated, *, gamma):
+    """Textbook V-trace (Espeholt et al. 2018, eq. 1; rho-bar = c-bar = 1) and the policy
+    gradient advantage rho_s (r_s + gamma v_{s+1} - V(x_s)), one row at a time; V(x_{s+1})
+    bootstraps at a time-out and at the row's end, nothing at a termination."""
+    rho = torch.exp(logp - mu)
+    clipped = torch.clamp(rho, max=1.0)
+    n, steps = reward.shape
+    vs, adv = torch.zeros(n, steps), torch.zeros(n, steps)
+    for i in range(n):
+        correction = 0.0  # v_{s+1} - V(x_{s+1}) of the step after
+        for s in reversed(range(steps)):
+            keep = 1.0 - float(terminated[i, s])
+            delta = clipped[i, s] * (reward[i, s] + gamma * keep * next_value[i, s] - value[i, s])
+            if done[i, s]:
+                correction = 0.0
+            correction = delta + gamma * clipped[i, s] * correction
+            vs[i, s] = value[i, s] + correction
+        for s in range(steps):
+            last = s == steps - 1 or bool(done[i, s])
+            v_next = next_value[i, s] if last else vs[i, s + 1]
+            keep = 1.0 - float(terminated[i, s])
+            adv[i, s] = clipped[i, s] * (reward[i, s] + gamma * keep * v_next - value[i, s])
+    return vs, adv
+
+
+def test_impala_loss_with_actor_and_critic_on_different_entries():
+    """evorl's policy_obs_key / value_obs_key for IMPALA: the actor reads the positions, the
+    critic the velocities (and the next velocities to bootstrap); the loss's terms equal a
+    textbook V-trace over those networks, and each term reaches only its own network."""
+    from rlkit.objectives import IMPALALoss
+
+    env = dict_env(num_envs=3)
+    spec = env.observation_spec
+    torch.manual_seed(0)
+    actor = make_actor(spec, env.action_spec, obs_key="position", hidden=(16,))
+    critic = make_value(spec, obs_key="velocity", hidden=(16,))
+    collector = make_collector(env, actor, frames_per_batch=3 * 40)
+    batch = next(iter(collector))
+    collector.shutdown()
+    env.close()
+    assert batch[keys.DONE].any()  # an episode ends inside the rows (CartPole, 40 steps)
+    # an off-policy behaviour: log mu moved away from log pi, so rho varies and gets clipped
+    mu = batch[keys.ACTION_LOG_PROB] + 0.5 * torch.randn(batch.shape)
+    batch[keys.ACTION_LOG_PROB] = mu
+
+    gamma, entropy_coef = 0.9, 0.01
+    loss = IMPALALoss(actor, critic, gamma=gamma, entropy_coef=entropy_coef)
+    assert {"position", "velocity", ("next", "velocity")} <= set(loss.in_keys)
+    assert keys.OBSERVATION not in loss.in_keys
+    out = loss(batch)
+
+    logits_net, value_net = actor.module[0].module, critic.module
+    with torch.no_grad():
+        log_pi = torch.log_softmax(logits_net(batch["position"]), -1)
+        logp = log_pi.gather(-1, batch[keys.ACTION].unsqueeze(-1)).squeeze(-1)
+        value = value_net(batch["velocity"]).squeeze(-1)
+        next_value = value_net(batch["next", "velocity"]).squeeze(-1)
+    vs, adv = vtrace_by_hand(
+        mu, logp, batch[keys.REWARD].squeeze(-1), value, next_value,
+        batch[keys.DONE].squeeze(-1), batch[keys.TERMINATED].squeeze(-1), gamma=gamma,
+    )  # fmt: skip
+    assert (torch.exp(logp - mu) > 1).any() and (torch.exp(logp - mu) < 1).any()
+    entropy = -(log_pi.exp() * log_pi).sum(-1)
+    torch.testing.assert_close(out["loss_policy"], -(adv * logp).mean())
+    torch.testing.assert_close(out["loss_value"], 0.5 * (0.5 * (value - vs) ** 2).mean())
+    torch.testing.assert_close(out["loss_entropy"], -entropy_coef * entropy.mean())
+
+    # gradient routing: the value term trains the critic only, the policy term the actor only
+    actor_params, critic_params = list(actor.parameters()), list(critic.parameters())
+    value_grads = torch.autograd.grad(
+        out["loss_value"], actor_params + critic_params, retain_graph=True, allow_unused=True
+    )
+    assert all(g is None for g in value_grads[: len(actor_params)])
+    assert all(g is not None and g.abs().sum() > 0 for g in value_grads[len(actor_params) :])
+    policy_grads = torch.autograd.grad(
+        out["loss_policy"], actor_params + critic_params, allow_unused=True
+    )
+    assert all(g is None for g in policy_grads[len(actor_params) :])
+    assert all(g is not None and g.abs().sum() > 0 for g in policy_grads[: len(actor_params)])

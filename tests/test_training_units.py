@@ -254,9 +254,9 @@ def test_a_subclass_that_only_changes_a_default_keeps_the_base_flag_help_and_cho
     parser = build_parser(Child)
     actions = {a.dest: a for a in parser._actions}
     assert actions["epochs"].help == "passes over each batch (default: 3)"
-    assert actions["lr_schedule"].choices == ("constant", "linear", "kl")
+    assert actions["lr_schedule"].choices == ("constant", "linear", "cosine", "exponential", "kl")
     with pytest.raises(SystemExit):
-        parser.parse_args(["--lr-schedule", "cosine"])
+        parser.parse_args(["--lr-schedule", "step"])
     assert "invalid choice" in capsys.readouterr().err
 
 

@@ -47,19 +47,64 @@ def finite_floats(cfg: Any) -> None:
 
 #: help text of ``lr_decay_frames``, declared by the on- and off-policy configs
 LR_DECAY_FRAMES_HELP = (
-    "frames over which --lr-schedule linear reaches --lr-final, which it then holds "
-    "(RLlib's decay_steps, in frames); none: the whole --total-frames"
+    "frames over which --lr-schedule linear (or cosine) reaches --lr-final, which it then "
+    "holds (RLlib's decay_steps, in frames); none: the whole --total-frames"
 )
+
+#: the schedules ``--lr-decay-frames`` shapes
+SPANNED_SCHEDULES = ("linear", "cosine")
 
 
 def check_lr_decay_frames(cfg: Any) -> None:
-    """``--lr-decay-frames`` must be > 0 and only shapes ``--lr-schedule linear``."""
+    """``--lr-decay-frames`` must be > 0 and only shapes ``--lr-schedule linear`` / ``cosine``."""
     if cfg.lr_decay_frames is None:
         return
     if cfg.lr_decay_frames <= 0:
         raise ValueError(f"--lr-decay-frames must be > 0, got {cfg.lr_decay_frames}")
-    if cfg.lr_schedule != "linear":
+    if cfg.lr_schedule not in SPANNED_SCHEDULES:
         raise ValueError(
-            f"--lr-decay-frames {cfg.lr_decay_frames} shapes --lr-schedule linear, but the "
-            f"schedule is {cfg.lr_schedule}: add --lr-schedule linear or drop --lr-decay-frames"
+            f"--lr-decay-frames {cfg.lr_decay_frames} shapes --lr-schedule linear (or cosine), "
+            f"but the schedule is {cfg.lr_schedule}: add --lr-schedule linear or drop "
+            "--lr-decay-frames"
         )
+
+
+def check_lr_gamma(cfg: Any) -> None:
+    """``--lr-schedule exponential`` needs ``--lr-gamma`` in (0, 1]; nothing else reads it."""
+    gamma = cfg.lr_gamma
+    if cfg.lr_schedule != "exponential":
+        if gamma is not None:
+            raise ValueError(
+                f"--lr-gamma {gamma} is the factor of --lr-schedule exponential, but the "
+                f"schedule is {cfg.lr_schedule}: add --lr-schedule exponential or drop --lr-gamma"
+            )
+        return
+    if gamma is None:
+        raise ValueError(
+            "--lr-schedule exponential multiplies the learning rate by --lr-gamma after every "
+            "update: set it, e.g. --lr-gamma 0.99"
+        )
+    if not 0 < gamma <= 1:
+        raise ValueError(
+            f"--lr-gamma must be in (0, 1] (1: constant; above 1 the rate grows without "
+            f"bound), got {gamma}"
+        )
+
+
+def check_batch_floor(cfg: Any) -> None:
+    """``--min-episodes`` / ``--min-steps``: ints >= 1 (or none), one member per run."""
+    for name in ("min_episodes", "min_steps"):
+        value = getattr(cfg, name)
+        flag = "--" + name.replace("_", "-")
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(
+                f"{flag} must be a whole number >= 1 (or none for one --rollout-steps chunk "
+                f"per batch), got {value!r}"
+            )
+        if len(cfg.population_members()) > 1:
+            raise ValueError(
+                f"{flag} gives batches of varying length, which a --population / --sweep run "
+                "cannot stack across its members: drop one or the other"
+            )

@@ -116,6 +116,11 @@ class PolicyGradientLearner(Learner):
             if cfg.lr_schedule == "kl"
             else None
         )
+        self.exp_lr = (
+            schedules.ExponentialLR(cfg.lr, cfg.lr_gamma)
+            if cfg.lr_schedule == "exponential"
+            else None
+        )
 
     #: whether :meth:`update` standardises with ``--running-advantage-norm``; ``None``: when
     #: the learner keeps the shared :meth:`update` (a subclass whose update calls it sets True)
@@ -258,11 +263,44 @@ class PolicyGradientLearner(Learner):
         return self.actor
 
     def state_dict(self) -> dict[str, Any]:
-        return {"kl_lr": self.kl_lr.state_dict()} if self.kl_lr else {}
+        state = {"kl_lr": self.kl_lr.state_dict()} if self.kl_lr else {}
+        if self.exp_lr is not None:
+            state["exp_lr"] = self.exp_lr.state_dict()
+        if self.lr_scheduler is not None:
+            state["lr_scheduler"] = self.lr_scheduler.state_dict()
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if self.kl_lr and "kl_lr" in state:
             self.kl_lr.load_state_dict(state["kl_lr"])
+        if self.exp_lr is not None and "exp_lr" in state:
+            self.exp_lr.load_state_dict(state["exp_lr"])
+        if self.lr_scheduler is not None and "lr_scheduler" in state:
+            self.lr_scheduler.load_state_dict(state["lr_scheduler"])
+
+    #: a ``torch.optim.lr_scheduler`` over :attr:`optimizer` (:meth:`attach_lr_scheduler`)
+    lr_scheduler: Any = None
+
+    def attach_lr_scheduler(self, scheduler: Any) -> None:
+        """Drive the learning rate with any ``torch.optim.lr_scheduler`` built on
+        :attr:`optimizer` (research code; the recipes' ``--lr-schedule`` covers the common
+        ones). It is stepped once after every update (pyrado steps per update too), its rate
+        is read back before the next one, other optimisers (PPG's and DAAC's value
+        optimisers, an intrinsic reward's) follow in proportion, and its ``state_dict`` is
+        checkpointed with the learner. Needs ``--lr-schedule constant`` (the built-in
+        schedule would overwrite the rate)."""
+        if self.cfg.lr_schedule != "constant":
+            raise ValueError(
+                f"attach_lr_scheduler: the learner already follows --lr-schedule "
+                f"{self.cfg.lr_schedule}, which would overwrite the scheduler's rate: build it "
+                "with lr_schedule='constant'"
+            )
+        if getattr(scheduler, "optimizer", None) is not self.optimizer:
+            raise ValueError(
+                "attach_lr_scheduler: the scheduler must be built on learner.optimizer, e.g. "
+                "torch.optim.lr_scheduler.StepLR(learner.optimizer, step_size=10)"
+            )
+        self.lr_scheduler = scheduler
 
     # ---------------------------------------------------------------- the update
     def apply_schedules(self, progress: float) -> dict[str, float]:
@@ -271,6 +309,12 @@ class PolicyGradientLearner(Learner):
             lr = schedules.linear(cfg.lr, cfg.lr_final, lr_progress(cfg, progress))
         elif self.kl_lr is not None:
             lr = self.kl_lr.lr
+        elif cfg.lr_schedule == "cosine":
+            lr = schedules.cosine(cfg.lr, cfg.lr_final, lr_progress(cfg, progress))
+        elif self.exp_lr is not None:
+            lr = self.exp_lr.lr
+        elif self.lr_scheduler is not None:
+            lr = float(self.optimizer.param_groups[0]["lr"])
         else:
             lr = cfg.lr
         schedules.set_lr(self.optimizer, lr)
@@ -288,8 +332,10 @@ class PolicyGradientLearner(Learner):
     def _minibatches(
         self, flat: TensorDictBase, generator: torch.Generator, *, size: int | None = None
     ) -> Iterable[TensorDictBase]:
-        size = self.cfg.minibatch if size is None else size
         n = flat.shape[0]
+        if size is None:
+            # none: the whole batch, whose length --min-episodes may vary
+            size = n if self.cfg.minibatch_size is None else self.cfg.minibatch_size
         if size >= n:
             # one minibatch per epoch: the mean loss over the whole batch does not depend on
             # the order of its samples, so skip the shuffle and the copy
@@ -362,7 +408,8 @@ class PolicyGradientLearner(Learner):
         return batch.reshape(-1), sched
 
     def after_update(self, batch: TensorDictBase, result: Mapping[str, float], ctx) -> None:
-        """KL-adaptive learning rate from the batch's ``approx_kl``, then the observation
+        """KL-adaptive learning rate from the batch's ``approx_kl`` (and the step of
+        ``--lr-schedule exponential`` or an attached scheduler), then the observation
         statistics (after the gradient steps, so a batch is scored with the statistics it was
         collected with; every rank merges all ranks' observations)."""
         if self.kl_lr is not None:
@@ -374,13 +421,18 @@ class PolicyGradientLearner(Learner):
                 )
             kl = ctx.all_reduce_mean(torch.tensor(result["approx_kl"]))
             self.kl_lr.update(float(kl))
+        if self.exp_lr is not None:
+            self.exp_lr.step()
+        if self.lr_scheduler is not None:
+            self.lr_scheduler.step()
         if self.obs_norm is not None:
             self.obs_norm.update(ctx.all_gather(batch.get(keys.OBSERVATION)))
 
 
 def lr_progress(cfg, progress: float) -> float:
-    """Progress of ``--lr-schedule linear``: ``progress`` (frames / ``--total-frames``), or
-    frames / ``--lr-decay-frames`` when set (then past 1: the final rate is held)."""
+    """Progress of ``--lr-schedule linear`` / ``cosine``: ``progress`` (frames /
+    ``--total-frames``), or frames / ``--lr-decay-frames`` when set (then past 1: the final
+    rate is held)."""
     return schedules.span_progress(progress, cfg.total_frames, cfg.lr_decay_frames)
 
 

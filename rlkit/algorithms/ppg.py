@@ -156,7 +156,12 @@ class PPGLearner(PolicyGradientLearner):
         state = super().state_dict()
         state["phase_iteration"] = self.phase_iteration
         if self.buffer:
-            stacked = torch.stack(self.buffer, 0)
+            rows = [b.shape[0] for b in self.buffer]
+            if len(set(rows)) == 1:
+                stacked = torch.stack(self.buffer, 0)
+            else:  # --min-episodes: stored batches of different row counts, concatenated
+                stacked = torch.cat(self.buffer, 0)
+                state["buffer_rows"] = rows
             state["buffer"] = {k: v for k, v in stacked.items()}
         return state
 
@@ -164,7 +169,12 @@ class PPGLearner(PolicyGradientLearner):
         super().load_state_dict(state)
         self.phase_iteration = int(state.get("phase_iteration", 0))
         self.buffer = []
-        if "buffer" in state:
+        if "buffer_rows" in state:
+            data = dict(state["buffer"])
+            steps = next(iter(data.values())).shape[1]
+            cat = TensorDict(data, batch_size=[sum(state["buffer_rows"]), steps])
+            self.buffer = [part.clone() for part in cat.split(list(state["buffer_rows"]), 0)]
+        elif "buffer" in state:
             data = dict(state["buffer"])
             n = next(iter(data.values())).shape[0]
             batch = next(iter(data.values())).shape[1:3]
@@ -236,14 +246,20 @@ class PPGLearner(PolicyGradientLearner):
         return result | sched | {"phase_iteration": float(self.phase_iteration)}
 
     def _store(self, batch: TensorDictBase) -> TensorDict:
-        """Observation and value target of a batch, ``[N, T]``: N whole rollouts."""
-        return TensorDict(
+        """Observation and value target of a batch, ``[N, T]``: N whole rollouts. A longer
+        batch of ``--min-episodes`` (``[N, k T]``) is stored as ``k N`` rollouts of
+        ``T = --rollout-steps`` steps, so that every stored batch has rollouts of one length."""
+        stored = TensorDict(
             {
                 keys.OBSERVATION: batch.get(keys.OBSERVATION).clone(),
                 keys.VALUE_TARGET: batch.get(keys.VALUE_TARGET).clone(),
             },
             batch_size=batch.batch_size[:2],
         )
+        steps = self.cfg.rollout_steps
+        if stored.shape[1] == steps:
+            return stored
+        return torch.cat(stored.split(steps, dim=1), 0)
 
     def aux_phase(self, ctx: Context, *, lr: float) -> dict[str, float]:
         """Record pi_old over the buffer, then ``aux_epochs`` passes of the auxiliary loss

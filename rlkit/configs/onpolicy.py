@@ -13,7 +13,9 @@ from typing import Any
 
 from rlkit.algorithms._checks import (
     LR_DECAY_FRAMES_HELP,
+    check_batch_floor,
     check_lr_decay_frames,
+    check_lr_gamma,
     finite_floats,
 )
 from rlkit.training.config import TrainConfig, in_unit_interval, non_negative, positive
@@ -22,6 +24,9 @@ from rlkit.training.config import TrainConfig, in_unit_interval, non_negative, p
 def _help(text: str, **kw: Any) -> dict[str, Any]:
     return {"help": text, **kw}
 
+
+#: ``--lr-schedule`` choices of the on-policy recipes
+LR_SCHEDULES = ("constant", "linear", "cosine", "exponential", "kl")
 
 #: ``--optimizer`` choices of the on-policy recipes
 OPTIMIZERS = ("adam", "adamw", "rmsprop", "sgd")
@@ -41,12 +46,20 @@ class PolicyGradientConfig(TrainConfig):
     lr_schedule: str = field(
         default="constant",
         metadata=_help(
-            "constant, linear (to --lr-final) or kl (adaptive from --kl-target)",
-            choices=("constant", "linear", "kl"),
+            "constant, linear or cosine (to --lr-final), exponential (x --lr-gamma per "
+            "update) or kl (adaptive from --kl-target)",
+            choices=LR_SCHEDULES,
         ),
     )
     lr_final: float = field(
-        default=0.0, metadata=_help("final learning rate of --lr-schedule linear")
+        default=0.0, metadata=_help("final learning rate of --lr-schedule linear or cosine")
+    )
+    lr_gamma: float | None = field(
+        default=None,
+        metadata=_help(
+            "--lr-schedule exponential: the rate is --lr x lr-gamma^n after n updates "
+            "(torch's ExponentialLR stepped per batch); in (0, 1]"
+        ),
     )
     lr_decay_frames: int | None = field(
         default=None,
@@ -165,6 +178,7 @@ class PolicyGradientConfig(TrainConfig):
         positive(self, "kl_lr_min", "kl_lr_max", "std_init")
         non_negative(self, "weight_decay")
         check_lr_decay_frames(self)
+        check_lr_gamma(self)
         for name in ("kl_factor", "kl_lr_factor"):
             if getattr(self, name) < 1:
                 flag = "--" + name.replace("_", "-")
@@ -236,10 +250,26 @@ class OnPolicyConfig(PolicyGradientConfig):
     :class:`PolicyGradientConfig` and the GAE lambda."""
 
     gae_lambda: float = field(default=0.95, metadata=_help("GAE lambda"))
+    min_episodes: int | None = field(
+        default=None,
+        metadata=_help(
+            "collect --rollout-steps chunks, continuing the same envs, until the batch holds "
+            "at least this many complete episodes (pyrado's min_rollouts): a batch is "
+            "[num-envs, k x rollout-steps] with k >= 1 varying per batch; none: one chunk"
+        ),
+    )
+    min_steps: int | None = field(
+        default=None,
+        metadata=_help(
+            "at least this many frames per batch on each rank (pyrado's min_steps): "
+            "k = ceil(min-steps / (num-envs x rollout-steps)) chunks; none: one chunk"
+        ),
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
         in_unit_interval(self, "gae_lambda")
+        check_batch_floor(self)
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,13 @@ from rlkit.modules.compat import check_env_compat
 from rlkit.modules.direct import actor_sample, sampled_keys
 from rlkit.modules.normalization import ObservationNorm, RewardNorm
 
-__all__ = ["UnsupportedEnvError", "VectorEnvCollector", "make_collector", "rollout_steps_for"]
+__all__ = [
+    "EpisodeBatches",
+    "UnsupportedEnvError",
+    "VectorEnvCollector",
+    "make_collector",
+    "rollout_steps_for",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -582,12 +588,17 @@ def make_collector(
 def rollout_steps_for(min_episodes: int, *, num_envs: int, max_episode_steps: int) -> int:
     r"""The fewest steps per env that guarantee ``min_episodes`` complete episodes per batch.
 
-    pyrado's ``min_rollouts``: rlkit's batch is a fixed ``[num_envs, T]`` block whose rows
-    continue the envs' episodes across batches (partial episodes bootstrap), so instead of
-    collecting until enough episodes ended, size ``T`` (``--rollout-steps``) so that every
-    batch holds them. A row of ``T`` steps may open with the tail of an episode that began in
-    the previous batch (up to ``L - 1`` steps, ``L = max_episode_steps``) and every episode
-    lasts at most ``L`` steps, so it holds at least :math:`\lfloor (T - L + 1)/L \rfloor`
+    pyrado's ``min_rollouts`` as a fixed batch shape. The recipes' ``--min-episodes N``
+    (:class:`EpisodeBatches`) now collects until each batch holds N complete episodes, so
+    this helper is no longer needed for that; it remains for what the flag cannot give:
+    batches of one fixed ``[num_envs, T]`` shape (the same number of minibatches every
+    update, one compiled shape) that still always hold N complete episodes. With
+    ``--rollout-steps`` set to its result, ``--min-episodes N`` never collects a second
+    chunk. Batches continue the envs' episodes across batches (partial episodes bootstrap).
+
+    A row of ``T`` steps may open with the tail of an episode that began in the previous
+    batch (up to ``L - 1`` steps, ``L = max_episode_steps``) and every episode lasts at most
+    ``L`` steps, so it holds at least :math:`\lfloor (T - L + 1)/L \rfloor`
     complete episodes (first and last step inside the row); ``num_envs`` rows hold
     ``min_episodes`` when each holds :math:`k = \lceil \text{min\_episodes}/\text{num\_envs}
     \rceil`, i.e. :math:`T = (k + 1) L - 1` (the least such T: one step fewer, and an
@@ -606,3 +617,118 @@ def rollout_steps_for(min_episodes: int, *, num_envs: int, max_episode_steps: in
             raise ValueError(f"rollout_steps_for: {name} must be an int >= 1, got {value!r}")
     per_env = -(-min_episodes // num_envs)
     return (per_env + 1) * max_episode_steps - 1
+
+
+class EpisodeBatches:
+    r"""Batches of at least ``min_episodes`` complete episodes and ``min_frames`` frames.
+
+    pyrado's ``min_rollouts`` / ``min_steps`` (``--min-episodes`` / ``--min-steps`` of the
+    GAE recipes). Wraps a collector whose batches are ``[N, T]`` chunks that continue the same
+    envs (:class:`VectorEnvCollector` or TorchRL's ``Collector``) and concatenates chunks
+    along time until the batch holds enough, so a batch is ``[N, k T]`` with ``k >= 1``
+    chosen per batch:
+
+    - ``min_frames`` ``M``: at least ``M`` frames, so ``k >= ceil(M / (N T))``;
+    - ``min_episodes`` ``E``: at least ``E`` complete episodes, counted over all rows. An
+      episode is complete when its first and its last step are both inside the batch (the
+      definition of :func:`rollout_steps_for`): a row whose previous batch ended mid-episode
+      opens with that episode's tail, which does not count.
+
+    The envs are never reset between chunks or batches, so a batch's rows are contiguous in
+    time and an estimator that runs along the time dim (GAE, V-trace) sees one trajectory
+    per row, exactly as if it had been collected in one go.
+
+    Args:
+        collector: yields the chunks (``iter``), and has ``update_policy_weights_()`` and
+            ``shutdown()``, which are passed through.
+        min_episodes: complete episodes per batch (an int >= 1), or None.
+        min_frames: frames per batch (an int >= 1), or None. At least one of the two.
+        agree: on several ranks, ``agree(enough) -> bool`` must return True on every rank
+            only when ``enough`` is True on every rank (an all-reduce), so that all ranks
+            collect the same number of chunks and step their optimisers together.
+
+    State: whether each row's next step starts an episode, carried from batch to batch; it
+    is not checkpointed. A resumed run builds a new collector, which resets every env, so
+    its first batch starts every row at an episode's first step (as the first batch of a
+    run does).
+
+    Example:
+        >>> from rlkit.envs import make_env
+        >>> from rlkit.modules.actors import make_actor
+        >>> env = make_env("CartPole-v1", num_envs=2, seed=0)
+        >>> actor = make_actor(env.observation_spec, env.action_spec)
+        >>> chunks = VectorEnvCollector(env, actor, frames_per_batch=16)
+        >>> batch = next(iter(EpisodeBatches(chunks, min_frames=40)))  # ceil(40 / 16) = 3
+        >>> batch.batch_size
+        torch.Size([2, 24])
+        >>> chunks.shutdown()
+    """
+
+    def __init__(
+        self,
+        collector: Any,
+        *,
+        min_episodes: int | None = None,
+        min_frames: int | None = None,
+        agree: Any = None,
+    ) -> None:
+        if min_episodes is None and min_frames is None:
+            raise ValueError("EpisodeBatches needs min_episodes or min_frames (or both)")
+        for name, value in (("min_episodes", min_episodes), ("min_frames", min_frames)):
+            if value is not None:
+                _check_positive_int(f"EpisodeBatches: {name}", value)
+        self.collector = collector
+        self.min_episodes, self.min_frames, self.agree = min_episodes, min_frames, agree
+        #: per row: whether its next step is an episode's first (None: every row, at start)
+        self._fresh: Tensor | None = None
+        #: chunks and complete episodes in the last batch
+        self.chunks = 0
+        self.episodes = 0
+
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        chunks = iter(self.collector)
+        while True:
+            yield self._gather(chunks)
+
+    iterator = __iter__
+
+    def update_policy_weights_(self) -> None:
+        self.collector.update_policy_weights_()
+
+    def shutdown(self, *args: Any, **kwargs: Any) -> None:
+        self.collector.shutdown(*args, **kwargs)
+
+    def _enough(self, episodes: int, frames: int) -> bool:
+        enough = episodes >= (self.min_episodes or 0) and frames >= (self.min_frames or 0)
+        return bool(self.agree(enough)) if self.agree is not None else enough
+
+    def _gather(self, chunks: Iterator[TensorDictBase]) -> TensorDictBase:
+        parts: list[TensorDictBase] = []
+        episodes = frames = 0
+        started: Tensor | None = None  # per row: an episode began inside this batch
+        while True:
+            chunk = next(chunks)
+            parts.append(chunk)
+            frames += chunk.numel()
+            time_dim = _time_dim(chunk)
+            done = chunk.get(keys.DONE).reshape(chunk.shape).movedim(time_dim, -1)
+            done = done.reshape(-1, done.shape[-1]).cpu()  # [rows, T]
+            if started is None:
+                fresh = self._fresh
+                started = torch.ones(done.shape[0], dtype=torch.bool) if fresh is None else fresh
+            ends = done.sum(-1)
+            # a row's first end closes an episode that began before this batch unless the
+            # row started fresh (or had already ended one episode inside it)
+            episodes += int((ends - ((ends > 0) & ~started).long()).sum())
+            started = started | (ends > 0)
+            if self._enough(episodes, frames):
+                break
+        self._fresh = done[:, -1].clone()
+        self.chunks, self.episodes = len(parts), episodes
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=time_dim)
+
+
+def _time_dim(batch: TensorDictBase) -> int:
+    """The batch dim named ``keys.TIME_DIM_NAME``, else the last one."""
+    names = batch.names if batch.batch_dims else []
+    return names.index(keys.TIME_DIM_NAME) if keys.TIME_DIM_NAME in names else batch.batch_dims - 1

@@ -458,7 +458,7 @@ class Engine:
         )
         ctx = Context(fabric, cfg.total_frames, counters, compile=cfg.compile)
         try:
-            collector = self.make_collector(env, learner, fabric.device)
+            collector = batch_floor(cfg, self.make_collector(env, learner, fabric.device), fabric)
         except BaseException:
             env.close()
             raise
@@ -515,6 +515,28 @@ class Engine:
             if stop:
                 break
             tick = time.perf_counter()
+
+
+def batch_floor(cfg: TrainConfig, collector, fabric):
+    """``collector`` wrapped in :class:`~rlkit.data.collector.EpisodeBatches` when the config
+    sets ``--min-episodes`` or ``--min-steps`` (the GAE recipes'), else as it is. On several
+    ranks the ranks agree after each chunk, so all collect the same number of chunks."""
+    min_episodes = getattr(cfg, "min_episodes", None)
+    min_steps = getattr(cfg, "min_steps", None)
+    if min_episodes is None and min_steps is None:
+        return collector
+    from rlkit.data.collector import EpisodeBatches
+
+    def agree(enough: bool) -> bool:
+        short = torch.tensor(0.0 if enough else 1.0, device=fabric.device)
+        return float(fabric.all_reduce(short, reduce_op="sum")) == 0.0
+
+    return EpisodeBatches(
+        collector,
+        min_episodes=min_episodes,
+        min_frames=min_steps,
+        agree=agree if fabric.world_size > 1 else None,
+    )
 
 
 def default_collector(env, learner: Learner, device):

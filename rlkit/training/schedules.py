@@ -1,12 +1,20 @@
 """Hyperparameter schedules.
 
-Frame-driven schedules are pure functions of training progress (frames done / total frames),
-so a resumed run lands on the same schedule position without saving anything. The adaptive
-KL learning rate depends on history and keeps its state in :meth:`KLAdaptiveLR.state_dict`.
+Frame-driven schedules (:func:`linear`, :func:`cosine`) are pure functions of training
+progress (frames done / total frames), so a resumed run lands on the same schedule position
+without saving anything. The per-update :class:`ExponentialLR` and the adaptive KL learning
+rate depend on history (updates done, measured KL) and keep their state in ``state_dict``.
+
+Every schedule returns a Python float, which the learners write into the optimisers'
+``param_groups`` (:func:`set_lr`): the learning rate is read by the optimiser step, outside
+the compiled loss of ``--compile``, so a changing rate never recompiles anything (the loss
+hyperparameters that a compiled graph reads are tensors instead, see
+:class:`rlkit.objectives.common.Hyperparameter`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -18,6 +26,15 @@ def linear(start: float, end: float, progress: float) -> float:
     """Linear interpolation from ``start`` (progress 0) to ``end`` (progress >= 1)."""
     p = min(max(progress, 0.0), 1.0)
     return start + (end - start) * p
+
+
+def cosine(start: float, end: float, progress: float) -> float:
+    r"""Cosine annealing from ``start`` (progress 0) to ``end`` (progress >= 1):
+    :math:`\text{end} + (\text{start} - \text{end}) (1 + \cos(\pi p)) / 2` with ``p``
+    clipped to [0, 1] (``torch.optim.lr_scheduler.CosineAnnealingLR`` over the budget, without
+    restarts)."""
+    p = min(max(progress, 0.0), 1.0)
+    return end + (start - end) * (1.0 + math.cos(math.pi * p)) / 2.0
 
 
 def span_progress(progress: float, total_frames: int, span_frames: int | None) -> float:
@@ -32,6 +49,36 @@ def set_lr(optimizer: Optimizer, lr: float) -> None:
     """Set the learning rate of every parameter group."""
     for group in optimizer.param_groups:
         group["lr"] = lr
+
+
+@dataclass
+class ExponentialLR:
+    """``lr x gamma^n`` after ``n`` updates (``torch.optim.lr_scheduler.ExponentialLR``
+    stepped once per update, pyrado's ``lr_scheduler=ExponentialLR``): :meth:`step` after each
+    update. The rate is computed from the count, not multiplied in, so it is the same float
+    ``lr * gamma ** n`` however long the run and across a resume."""
+
+    start: float
+    gamma: float
+    updates: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.gamma <= 1:
+            raise ValueError(f"--lr-gamma must be in (0, 1], got {self.gamma}")
+
+    @property
+    def lr(self) -> float:
+        return self.start * self.gamma**self.updates
+
+    def step(self) -> float:
+        self.updates += 1
+        return self.lr
+
+    def state_dict(self) -> dict[str, int]:
+        return {"updates": self.updates}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.updates = int(state["updates"])
 
 
 @dataclass
