@@ -237,11 +237,65 @@ def test_population_checkpoint_round_trip_is_exact(tmp_path):
         assert torch.equal(a.get_state(), b.get_state())
 
 
+NORMS = [
+    "--normalize-obs", "true", "--normalize-reward", "true",
+    "--running-advantage-norm", "true", "--normalize-advantage", "false",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("algo", ["ppo", "a2c"])
+def test_members_keep_their_own_normalisers(tmp_path, algo):
+    """Observation, reward and running-advantage statistics are per member: a population
+    sweeping gamma (which sets each member's reward scale) ends where standalone runs end,
+    normaliser statistics included; one RewardNorm over all rows would have mixed the
+    members' returns (checked: the members' reward statistics differ)."""
+    from rlkit.algorithms import load
+
+    main = load(algo).main
+    flags = [*FLAGS, *NORMS] if algo == "ppo" else [*FLAGS[:6], *FLAGS[8:], *NORMS]
+    main([*flags, "--sweep", "gamma=0.99,0.9", "--run-dir", str(tmp_path / "pop")])
+    pop = _modules(tmp_path / "pop")
+    stats = [pop["reward_norm"][f"members.{i}.stats.var"] for i in range(2)]
+    assert not torch.equal(*stats)  # the two members' returns have different spreads
+    for i, gamma in enumerate(("0.99", "0.9")):
+        main([*flags, "--gamma", gamma, "--run-dir", str(tmp_path / f"solo{i}")])
+        solo = _modules(tmp_path / f"solo{i}")
+        for name, state in solo.items():
+            if name == "reward_norm":  # the population's: one RewardNorm per member
+                mine = {k.split(f"members.{i}.", 1)[1]: v for k, v in pop[name].items()
+                        if k.startswith(f"members.{i}.")}  # fmt: skip
+            else:
+                mine = {k: v for k, v in pop[f"member{i}.{name}"].items()}
+            assert mine.keys() == state.keys(), (name, mine.keys(), state.keys())
+            for k, v in state.items():
+                assert (mine[k].double() - v.double()).abs().max().item() < 1e-5, (i, name, k)
+
+
+def test_population_reward_norm_scales_each_members_rows_as_its_own_reward_norm():
+    from rlkit.modules import PopulationRewardNorm, RewardNorm
+
+    gen = torch.Generator().manual_seed(0)
+    pop = PopulationRewardNorm([0.99, 0.5], num_envs=3)
+    solo = [RewardNorm(gamma=0.99), RewardNorm(gamma=0.5)]
+    for step in range(20):
+        reward = torch.randn(6, 1, generator=gen) * torch.tensor([[1.0]] * 3 + [[50.0]] * 3)
+        done = torch.rand(6, 1, generator=gen) < 0.2
+        out = pop.observe(reward, done)
+        ref = torch.cat(
+            [solo[0].observe(reward[:3], done[:3]), solo[1].observe(reward[3:], done[3:])]
+        )
+        assert torch.equal(out, ref), step
+    # hand-computed: the second member's variance is its own discounted returns' spread
+    assert pop.members[1].stats.var.item() > 100 * pop.members[0].stats.var.item()
+    with pytest.raises(ValueError, match="2 members x 3 envs = 6 rows"):
+        pop.observe(torch.zeros(4, 1), torch.zeros(4, 1, dtype=torch.bool))
+
+
 def test_population_refusals():
     from rlkit.algorithms import dqn, ppo
 
-    with pytest.raises(ValueError, match="normalize-obs"):
-        ppo.main([*FLAGS, "--population", "2", "--normalize-obs", "true"])
+    with pytest.raises(ValueError, match="intrinsic"):
+        ppo.main([*FLAGS, "--population", "2", "--intrinsic", "rnd"])
     with pytest.raises(ValueError, match="updates its own way"):
         dqn.main(["--total-frames", "1000", "--population", "2", "--progress", "false"])
 

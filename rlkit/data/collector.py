@@ -177,10 +177,11 @@ def _parse_env(env: EnvBase) -> _EnvParts:
     parts = _base_parts(env)
     position = 0
     for t in _transform_list(env):
-        kind = type(t)
+        # the class itself or an rlkit subclass (PopulationRewardNorm is a RewardNorm)
+        kind = next((c for c in _TRANSFORM_ORDER if isinstance(t, c)), type(t))
         if kind not in _TRANSFORM_ORDER or _TRANSFORM_ORDER.index(kind) < position:
             raise _unsupported(
-                f"the transform {kind.__name__} in this place (supported, in this order: "
+                f"the transform {type(t).__name__} in this place (supported, in this order: "
                 f"{', '.join(c.__name__ for c in _TRANSFORM_ORDER)})"
             )
         position = _TRANSFORM_ORDER.index(kind) + 1

@@ -29,6 +29,7 @@ from rlkit.modules.normalization import (
     BatchRewardNorm,
     Normalize,
     ObservationNorm,
+    PopulationRewardNorm,
     RewardNorm,
     RunningMeanStd,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "ObservationNorm",
     "RewardNorm",
     "BatchRewardNorm",
+    "PopulationRewardNorm",
     "RunningMeanStd",
     "TargetNetwork",
     "actor_critic_networks",

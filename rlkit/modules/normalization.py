@@ -31,7 +31,13 @@ from torchrl.envs.transforms import Transform
 
 from rlkit import keys
 
-__all__ = ["BatchRewardNorm", "ObservationNorm", "RewardNorm", "RunningMeanStd"]
+__all__ = [
+    "BatchRewardNorm",
+    "ObservationNorm",
+    "PopulationRewardNorm",
+    "RewardNorm",
+    "RunningMeanStd",
+]
 
 _RESET_KEY = "_reset"
 Moments = tuple[Tensor, Tensor, Tensor]
@@ -217,7 +223,8 @@ class RunningMeanStd(nn.Module):
         """``clip((x - mean) / sqrt(var + epsilon), -clip, clip)`` in ``x``'s dtype."""
         inv_std = (self.var + epsilon).rsqrt_().to(x.device, x.dtype)
         out = (x - self.mean.to(x.device, x.dtype)).mul_(inv_std)
-        return out if clip is None else out.clamp_(-clip, clip)
+        # out of place: torch.vmap (population members) has no batching rule for clamp_
+        return out if clip is None else out.clamp(-clip, clip)
 
     def _as_moments(self, stats: Sequence[Tensor | float]) -> Moments:
         mean, var, count = (torch.as_tensor(s, dtype=torch.float64) for s in stats)
@@ -465,6 +472,79 @@ class RewardNorm(Transform):
         if reward is not None:
             tensordict.set(keys.REWARD, self._apply_transform(reward))
         return tensordict
+
+
+class PopulationRewardNorm(RewardNorm):
+    r""":class:`RewardNorm` for a population's env of ``P x num_envs`` sub-envs: member ``i``'s
+    rows ``[i N, (i + 1) N)`` keep their own discounted returns and statistics (with the
+    member's own ``gamma``), exactly as the :class:`RewardNorm` of its standalone run would,
+    so one member's rewards never change another's scale.
+
+    The statistics are ``members[i].stats`` (checkpointed with the env's other statistics);
+    the running returns live in ``members[i]``.
+
+    Args:
+        gammas: one discount per member (a sweep may differ in ``gamma``).
+        num_envs: sub-envs per member (``N``).
+        clip, epsilon: as :class:`RewardNorm`.
+    """
+
+    def __init__(
+        self,
+        gammas: Sequence[float],
+        num_envs: int,
+        *,
+        clip: float | None = 10.0,
+        epsilon: float = 1e-8,
+    ) -> None:
+        if not gammas:
+            raise ValueError("PopulationRewardNorm needs at least one member's gamma")
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        reward_key = keys.REWARD[-1]
+        Transform.__init__(self, in_keys=[reward_key], out_keys=[reward_key])
+        self.members = nn.ModuleList(
+            RewardNorm(gamma=g, clip=clip, epsilon=epsilon) for g in gammas
+        )
+        self.num_envs = int(num_envs)
+        self.clip, self.epsilon, self.update_stats = clip, epsilon, True
+
+    def _rows(self, x: Tensor) -> tuple[Tensor, ...]:
+        rows = len(self.members) * self.num_envs
+        if x.shape[0] != rows:
+            raise ValueError(
+                f"PopulationRewardNorm holds {len(self.members)} members x {self.num_envs} envs "
+                f"= {rows} rows, got a reward of shape {tuple(x.shape)}"
+            )
+        return x.split(self.num_envs)
+
+    def observe(self, reward: Tensor, done: Tensor) -> Tensor:
+        parts = zip(self.members, self._rows(reward), self._rows(done), strict=True)
+        return torch.cat([m.observe(r, d) for m, r, d in parts])
+
+    def reset_returns(self, rows: Tensor | None = None) -> None:
+        if rows is None:
+            for m in self.members:
+                m.reset_returns(None)
+            return
+        for m, part in zip(self.members, self._rows(rows), strict=True):
+            m.reset_returns(part)
+
+    def _apply_transform(self, reward: Tensor) -> Tensor:
+        parts = zip(self.members, self._rows(reward), strict=True)
+        return torch.cat([m._apply_transform(r) for m, r in parts])
+
+    def scale_step(self, returns: Tensor, reward: Tensor, done: Tensor) -> tuple[Tensor, Tensor]:
+        raise NotImplementedError(
+            "PopulationRewardNorm scales a population's own env; for batches of worker "
+            "envs use BatchRewardNorm"
+        )
+
+    def sync_from(self, other: RewardNorm | RunningMeanStd) -> RewardNorm:
+        raise NotImplementedError(
+            "a population's members keep separate reward statistics: copy "
+            "members[i].stats one by one"
+        )
 
 
 class BatchRewardNorm(nn.Module):

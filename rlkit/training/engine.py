@@ -381,11 +381,9 @@ class Engine:
                 "is not implemented): drop --devices / --num-nodes"
             )
         if population:
-            from rlkit.training.population import env_seeds
+            from rlkit.training.population import make_population_env
 
-            env = make_env(
-                cfg.env, num_envs=cfg.num_envs * members, seed=env_seeds(cfg), **cfg.env_options()
-            )
+            env = make_population_env(cfg, make_env)
         else:
             env = make_env(
                 cfg.env, num_envs=cfg.num_envs, seed=cfg.seed + 1000 * rank, **cfg.env_options()

@@ -607,18 +607,12 @@ class PopulationLearner(Learner):
 def build_population(build, cfg, env) -> PopulationLearner:
     """``build(member_cfg, env)`` for every member of ``cfg.population_members()``, each
     from the random state its standalone run would build from."""
-    refused = [
-        f"--{name.replace('_', '-')}"
-        for name in ("normalize_obs", "normalize_reward", "running_advantage_norm")
-        if getattr(cfg, name, False)
-    ]
     if getattr(cfg, "intrinsic", "none") != "none":  # rnd.py's is not a flag: name it
         fields = {f.name for f in dataclasses.fields(cfg)}
-        refused.append("--intrinsic" if "intrinsic" in fields else "an intrinsic reward")
-    if refused:
+        name = "--intrinsic" if "intrinsic" in fields else "an intrinsic reward"
         raise ValueError(
-            f"--population does not support {', '.join(refused)} yet (their statistics would be "
-            "shared by the members): drop the flag or train the members as separate runs"
+            f"--population does not support {name} yet (its statistics would be shared by "
+            "the members): drop the flag or train the members as separate runs"
         )
     members = cfg.population_members()
     learners, states = [], []
@@ -636,6 +630,28 @@ def build_population(build, cfg, env) -> PopulationLearner:
         seeds=[seed for seed, _ in members],
         settings=[setting for _, setting in members],
     )
+
+
+def make_population_env(cfg, make_env):
+    """The population's training env: ``P x num_envs`` sub-envs, member ``i``'s seeded as its
+    standalone run's; with ``--normalize-reward`` a
+    :class:`~rlkit.modules.PopulationRewardNorm` gives each member its own reward statistics
+    (and its own ``gamma``), where one :class:`~rlkit.modules.RewardNorm` would share them."""
+    from rlkit.modules import PopulationRewardNorm
+
+    options = dict(cfg.env_options())
+    normalize_reward = options.pop("normalize_reward", False)
+    options.pop("gamma", None)
+    env = make_env(
+        cfg.env,
+        num_envs=cfg.num_envs * len(cfg.population_members()),
+        seed=env_seeds(cfg),
+        **options,
+    )
+    if normalize_reward:
+        gammas = [s.get("gamma", cfg.gamma) for _, s in cfg.population_members()]
+        env.append_transform(PopulationRewardNorm(gammas, cfg.num_envs))
+    return env
 
 
 def env_seeds(cfg) -> list[int]:
