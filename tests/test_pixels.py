@@ -214,6 +214,38 @@ def test_collector_batches_keep_uint8_frames(env_id, module, obs_shape):
         assert set(batch["observation"].unique().tolist()) <= {0, 255}
 
 
+def test_fast_collector_equals_torchrl_collector_on_atari():
+    """Sign-clipped rewards, life-loss episodes and fire resets: VectorEnvCollector's
+    batches equal TorchRL's Collector's, key for key."""
+    _needs("ale_py")
+    from torchrl.collectors import Collector
+
+    from rlkit.data.collector import VectorEnvCollector, make_collector
+    from rlkit.modules import actor_critic_networks
+
+    def batches(cls):
+        env = make_env("ALE/Breakout-v5", num_envs=2, seed=1)
+        torch.manual_seed(0)
+        actor, _, _ = actor_critic_networks(env, encoder="nature", hidden=())
+        kw = {"auto_register_policy_transforms": False} if cls is Collector else {}
+        torch.manual_seed(1)
+        collector = cls(env, actor, frames_per_batch=128, total_frames=-1, **kw)
+        it = iter(collector)
+        out = [next(it) for _ in range(3)]
+        collector.shutdown()
+        return out, env, actor
+
+    ours, env, actor = batches(VectorEnvCollector)
+    ref, _, _ = batches(Collector)
+    assert isinstance(make_collector(env, actor, frames_per_batch=256), VectorEnvCollector)
+    done = torch.cat([b["next", "done"] for b in ref])
+    assert done.any()  # life losses inside the data
+    for a, b in zip(ours, ref):
+        for key in b.keys(True, True):
+            assert a.get(key).dtype == b.get(key).dtype, key
+            assert torch.equal(a.get(key), b.get(key)), key
+
+
 # 4. learning and end to end ------------------------------------------------------------------
 def random_breakout_return(episodes: int = 200, seed: int = 0) -> float:
     """Mean return of uniform random play on MinAtar/Breakout-v1 (about 0.3 here)."""
