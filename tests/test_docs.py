@@ -65,6 +65,7 @@ RECIPES = sorted(p.stem for p in (ROOT / "recipes").glob("*.py"))
         "recipes/svpg.md",
         "recipes/rnd.md",
         "intrinsic.md",
+        "pixels.md",
     ],
 )
 def test_recipe_pages_name_only_real_flags(page):
@@ -122,3 +123,9 @@ def test_intrinsic_page_computes_a_bonus_and_its_losses(capsys):
     exec(compile(block, "docs/intrinsic.md", "exec"), {})
     printed = capsys.readouterr().out
     assert printed.strip() == "(2, 8, 1) ['loss_icm_forward', 'loss_icm_inverse']"
+
+
+def test_pixels_page_encodes_uint8_frames(capsys):
+    (block,) = python_blocks(ROOT / "docs" / "pixels.md")
+    exec(compile(block, "docs/pixels.md", "exec"), {})
+    assert capsys.readouterr().out.strip() == "512 torch.Size([2, 512])"

@@ -196,7 +196,10 @@ class PolicyGradientConfig(TrainConfig):
                 f"--kl-lr-max {self.kl_lr_max} is below --lr {self.lr}: the adaptive learning "
                 "rate starts at --lr inside [--kl-lr-min, --kl-lr-max]; raise --kl-lr-max"
             )
-        if not self.hidden or any(h <= 0 for h in self.hidden):
+        # with an image encoder the heads may read its features directly (hidden=(), as the
+        # MinAtar and Nature networks; rlkit.configs.suites)
+        image = getattr(self, "encoder", "mlp") != "mlp"
+        if (not self.hidden and not image) or any(h <= 0 for h in self.hidden):
             raise ValueError(f"--hidden needs positive layer sizes, got {self.hidden}")
         for name in ("actor_hidden", "critic_hidden"):
             sizes = getattr(self, name)

@@ -23,6 +23,7 @@ from rlkit.configs.critic import CriticConfig
 from rlkit.configs.encoders import EncoderConfig
 from rlkit.configs.onpolicy import ClipConfig, IntrinsicConfig
 from rlkit.configs.rnd import RNDConfig
+from rlkit.configs.suites import ATARI_PPO, MINATAR_PPO
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,10 @@ PRESETS["MountainCar-v0"] = {
 PRESETS["rlkit/MountainCarSparse-v0"] = dict(
     PRESETS["MountainCar-v0"], eval_env="MountainCar-v0", eval_deterministic=False
 )
+# every MinAtar/* and ALE/* id (rlkit.configs.suites: gymnax-blines' MinAtar settings, CleanRL's
+# ppo_atari.py)
+PRESETS["MinAtar/*"] = dict(MINATAR_PPO)
+PRESETS["ALE/*"] = dict(ATARI_PPO)
 
 
 #: the config ``recipes/ppo.py`` parses (:func:`rlkit.training.cli.recipe`)

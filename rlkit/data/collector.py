@@ -17,7 +17,8 @@ work on plain tensors:
    :class:`~rlkit.modules.normalization.RewardNorm` through their own ``observe`` /
    ``reset_returns`` (the code their ``_step`` / ``_reset`` run, on the same statistics),
    ``RewardSum`` / ``StepCounter`` as :math:`R_{t+1} = R_t + r_t` (float32) and
-   :math:`n_{t+1} = n_t + 1`, zeroed on reset;
+   :math:`n_{t+1} = n_t + 1`, zeroed on reset, then ``SignTransform`` (ALE training
+   envs) as ``sign(r_t)``;
 4. the per-step tensors are kept in lists and stacked once per batch along the time dim.
 
 Each batch equals, key for key and bit for bit, what
@@ -45,7 +46,15 @@ import torch
 from tensordict import NestedKey, TensorDict, TensorDictBase
 from tensordict.nn import InteractionType, set_interaction_type
 from torch import Tensor, nn
-from torchrl.envs import DoubleToFloat, EnvBase, GymWrapper, RewardSum, StepCounter, TransformedEnv
+from torchrl.envs import (
+    DoubleToFloat,
+    EnvBase,
+    GymWrapper,
+    RewardSum,
+    SignTransform,
+    StepCounter,
+    TransformedEnv,
+)
 
 from rlkit import keys
 from rlkit.modules.compat import check_env_compat
@@ -67,7 +76,14 @@ _DONE, _TERMINATED, _TRUNCATED = keys.DONE[-1], keys.TERMINATED[-1], keys.TRUNCA
 _DONE_NAMES = (_DONE, _TERMINATED, _TRUNCATED)
 _TRAJ_IDS = ("collector", "traj_ids")
 # The order in which make_env appends its transforms; each is optional, none may repeat.
-_TRANSFORM_ORDER = (DoubleToFloat, ObservationNorm, RewardSum, StepCounter, RewardNorm)
+_TRANSFORM_ORDER = (
+    DoubleToFloat,
+    ObservationNorm,
+    RewardSum,
+    StepCounter,
+    SignTransform,  # the Atari reward clipping of ALE/* training envs (rlkit.envs.suites)
+    RewardNorm,
+)
 
 
 class UnsupportedEnvError(ValueError):
@@ -89,6 +105,7 @@ class _EnvParts:
     obs_norm: ObservationNorm | None = None
     track_return: bool = False
     track_steps: bool = False
+    sign_reward: bool = False
     reward_norm: RewardNorm | None = None
     copy_obs: bool = False  # the vector env reuses its observation buffer
 
@@ -169,6 +186,8 @@ def _check_transform(t: nn.Module) -> None:
         ok = list(t.in_keys) == [_REWARD] and list(t.out_keys) == [keys.EPISODE_RETURN_NAME]
     elif isinstance(t, StepCounter):
         ok = t.max_steps is None and t.step_count_key == keys.STEP_COUNT_NAME
+    elif isinstance(t, SignTransform):
+        ok = list(t.in_keys) == list(t.out_keys) == [_REWARD] and not t.in_keys_inv
     if not ok:
         raise _unsupported(f"a {type(t).__name__} configured differently from make_env's")
 
@@ -194,6 +213,8 @@ def _parse_env(env: EnvBase) -> _EnvParts:
             parts.track_return = True
         elif kind is StepCounter:
             parts.track_steps = True
+        elif kind is SignTransform:
+            parts.sign_reward = True
         else:
             parts.reward_norm = t
     return parts
@@ -489,7 +510,9 @@ class VectorEnvCollector:
         if s.step_count is not None:
             s.step_count = s.step_count + 1
             nxt[keys.STEP_COUNT_NAME].append(s.step_count)
-        if p.reward_norm is not None:  # sees the raw reward, after RewardSum
+        if p.sign_reward:  # after RewardSum: returns stay in the game's points
+            reward = np.sign(reward)
+        if p.reward_norm is not None:  # sees the reward after RewardSum (and the sign)
             shape = p.reward_spec.shape
             done_t = torch.from_numpy(done).view(shape)
             reward = p.reward_norm.observe(torch.from_numpy(reward).view(shape), done_t)

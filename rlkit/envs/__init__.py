@@ -1,6 +1,7 @@
 """Environments: gymnasium ids -> batched, truncation-correct TorchRL envs.
 
-Importing this package also registers rlkit's own gymnasium ids (:mod:`rlkit.envs.sparse`).
+Importing this package also registers rlkit's own gymnasium ids (:mod:`rlkit.envs.sparse`);
+MinAtar and ALE ids are registered on first use (:mod:`rlkit.envs.suites`).
 """
 
 from rlkit.envs import sparse  # noqa: F401  (registers rlkit/MountainCarSparse-v0)

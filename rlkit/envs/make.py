@@ -34,12 +34,14 @@ from torchrl.envs import (
     EnvBase,
     GymWrapper,
     RewardSum,
+    SignTransform,
     StepCounter,
     Transform,
     TransformedEnv,
 )
 
 from rlkit import keys
+from rlkit.envs.suites import register_suite, suite_make_kwargs, suite_of, suite_wrappers
 from rlkit.modules.normalization import ObservationNorm, RewardNorm
 
 __all__ = [
@@ -76,6 +78,7 @@ class _SyncVectorGymWrapper(GymWrapper):
 def _check_env_id(env_id: str) -> None:
     if not isinstance(env_id, str):
         raise TypeError(f"env_id must be a gymnasium id string, got {type(env_id).__name__}")
+    register_suite(env_id)  # MinAtar/* and ALE/* ids, on first use (rlkit.envs.suites)
     try:
         gymnasium.spec(env_id)
     except gymnasium.error.Error as err:
@@ -152,8 +155,10 @@ def _make_vector_env(
     render_mode: str | None,
     env_kwargs: Mapping[str, Any] | None,
     wrappers: Sequence[GymWrapperFn],
+    evaluation: bool = False,
 ) -> gymnasium.vector.VectorEnv:
-    kwargs = dict(env_kwargs or {})
+    kwargs = {**suite_make_kwargs(env_id), **(env_kwargs or {})}
+    wrappers = [*suite_wrappers(env_id, training=not evaluation), *wrappers]
     if max_episode_steps is not None:
         kwargs["max_episode_steps"] = max_episode_steps  # gymnasium's TimeLimit truncates
     if render_mode is not None:
@@ -200,6 +205,7 @@ def make_env(
     render_mode: str | None = None,
     env_kwargs: Mapping[str, Any] | None = None,
     wrappers: Sequence[GymWrapperFn] = (),
+    evaluation: bool = False,
 ) -> TransformedEnv:
     """Build ``num_envs`` copies of a gymnasium env as one TorchRL env, batch ``[num_envs]``.
 
@@ -250,6 +256,14 @@ def make_env(
             ``{"continuous": True}`` for LunarLander).
         wrappers: gymnasium wrapper constructors applied to each sub-env, in order, after
             gymnasium's own (``TimeLimit`` included), e.g. ``[FlattenObservation]``.
+        evaluation: build the evaluation variant of a pixel suite's protocol
+            (:mod:`rlkit.envs.suites`; ``ALE/*``: no episode end at a life loss, raw
+            rewards); other ids are built the same either way.
+
+    ``MinAtar/<Game>-v1`` and ``ALE/<Game>-v5`` ids are registered on first use and get
+    their suite's protocol (:mod:`rlkit.envs.suites`): ``uint8`` observations, MinAtar
+    ``[N, 10, 10, C]`` in ``{0, 255}``, ALE ``[N, 4, 84, 84]`` stacked grayscale frames
+    with sign-clipped training rewards (``keys.EPISODE_RETURN`` stays the raw score).
 
     Raises:
         ValueError: unknown id (with close matches), unsupported spaces, bad numbers.
@@ -269,6 +283,7 @@ def make_env(
         render_mode=render_mode,
         env_kwargs=env_kwargs,
         wrappers=wrappers,
+        evaluation=evaluation,
     )
     try:
         _check_spaces(env_id, venv)
@@ -281,6 +296,7 @@ def make_env(
             obs_norm=obs_norm,
             normalize_reward=normalize_reward,
             gamma=gamma,
+            clip_reward=suite_of(env_id) == "ALE" and not evaluation,
         )
     except ValueError:
         venv.close()
@@ -304,8 +320,10 @@ def _transforms(
     obs_norm: ObservationNorm | None,
     normalize_reward: bool,
     gamma: float,
+    clip_reward: bool = False,
 ) -> list[Transform]:
-    """Float casts, optional observation normaliser, return and step trackers, reward norm."""
+    """Float casts, optional observation normaliser, return and step trackers, reward norm
+    (``clip_reward``: the reward's sign, after the return tracker, so returns stay raw)."""
     obs_keys = list(base.observation_spec.keys(True, True))
     transforms: list[Transform] = []
     doubles = [k for k in obs_keys if base.observation_spec[k].dtype == torch.float64]
@@ -337,6 +355,8 @@ def _transforms(
         transforms.append(obs_norm)
     transforms.append(RewardSum(in_keys=[keys.REWARD[-1]], out_keys=[keys.EPISODE_RETURN_NAME]))
     transforms.append(StepCounter(step_count_key=keys.STEP_COUNT_NAME))
+    if clip_reward:  # Mnih et al. 2015: the learner sees sign(r), the logs the game's score
+        transforms.append(SignTransform(in_keys=[keys.REWARD[-1]]))
     if normalize_reward:
         transforms.append(RewardNorm(gamma=gamma))
     return transforms
@@ -369,6 +389,7 @@ def make_eval_env(
         render_mode=render_mode,
         env_kwargs=env_kwargs,
         wrappers=wrappers,
+        evaluation=True,
     )
 
 

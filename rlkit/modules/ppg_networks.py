@@ -132,7 +132,9 @@ def ppg_networks(
     def body(sizes: Sequence[int]) -> tuple[nn.Module, int]:
         enc, width = _encoder(encoder, obs_shape, obs_norm, feature_dim)
         layers = mlp_body(width, hidden=tuple(sizes), activation=activation)
-        return (layers if enc is None else nn.Sequential(enc, layers)), sizes[-1]
+        return (layers if enc is None else nn.Sequential(enc, layers)), (
+            sizes[-1] if sizes else width
+        )
 
     trunk, width = body(actor_hidden or hidden)
     net = dict(hidden=(), activation=activation, backbone=trunk, in_features=width)

@@ -30,6 +30,8 @@ from typing import Any
 
 import yaml
 
+from rlkit.configs.suites import preset_for
+
 
 def _help(text: str, **kw: Any) -> dict[str, Any]:
     return {"help": text, **kw}
@@ -639,7 +641,7 @@ def parse_config(
         stored = _stored_config(typed["init_from"], cls)
     env_default = next(f.default for f in dataclasses.fields(cls) if f.name == "env")
     env = typed.get("env", stored.get("env", env_default))
-    preset = dict((presets or {}).get(env, {}))
+    preset = preset_for(presets, env, cls)  # the id's own, else its suite's (MinAtar/*, ALE/*)
     # a preset fills only what neither the checkpoint, the YAML file nor the command line set
     resolved = {**preset, **stored, **typed}
     try:

@@ -76,7 +76,9 @@ class Evaluator:
         # each scored on the episodes its standalone run is scored on)
         self._seeds = [EVAL_SEED + i for _ in range(repeats) for i in range(episodes)]
         seed = EVAL_SEED if repeats == 1 else self._seeds
-        self.env = make_env(env_id, num_envs=episodes * repeats, seed=seed, device=device)
+        self.env = make_env(
+            env_id, num_envs=episodes * repeats, seed=seed, device=device, evaluation=True
+        )
 
     @torch.no_grad()
     def __call__(self, policy: nn.Module) -> tuple[float, float]:
