@@ -212,6 +212,56 @@ def test_a_compiled_loss_that_loses_its_gradient_runs_eagerly_with_a_warning():
     assert (runs[True] - runs[False]).abs().max() < 1e-6
 
 
+class _FailsToCompile(torch.nn.Module):
+    """A least-squares loss the compiler cannot handle: its backend raises (as torch 2.14's
+    guard builder raised an IndexError on SVPG's loss in a process where other losses had
+    compiled); the eager forward is fine."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(3))
+        self.in_keys = ["x", "y"]
+
+    def forward(self, td):
+        from tensordict import TensorDict
+
+        v = ((td.get("x") @ self.w - td.get("y")) ** 2).mean()
+        return TensorDict({"loss_fit": v}, batch_size=[])
+
+    def compile(self, *args, **kwargs):  # what compile_loss calls
+        def broken_backend(graph, example_inputs):
+            raise IndexError("list index out of range")
+
+        self._compiled_call_impl = torch.compile(self._call_impl, backend=broken_backend)
+
+
+def test_a_loss_that_fails_to_compile_runs_eagerly_with_a_warning():
+    from tensordict import TensorDict
+
+    from rlkit.training.update import LossGroup, update_loop
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    data = TensorDict({"x": torch.randn(16, 3), "y": torch.randn(16)}, [16])
+    runs = {}
+    for compile in (False, True):
+        loss = _FailsToCompile()
+        group = LossGroup("fit", loss, torch.optim.SGD(loss.parameters(), lr=0.1), epochs=20)
+        ctx = _ctx(compile=compile, total_frames=1)
+        if compile:
+            with pytest.warns(RuntimeWarning, match="failed to compile"):
+                update_loop([group], data, ctx)
+        else:
+            update_loop([group], data, ctx)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # stays eager: no second warning, no second try
+            update_loop([group], data, ctx)
+        runs[compile] = loss.w.detach().clone()
+    # plain SGD on the same data: the fallback trains exactly as eager does
+    assert torch.equal(runs[True], runs[False])
+    assert runs[False].abs().max() > 0.01
+
+
 def test_the_compile_flag_reaches_the_update_loop(tmp_path, monkeypatch):
     """``--compile`` on the command line gets every loss of the run compiled (recorded here
     instead of compiled, to keep the test fast); without it none is."""

@@ -264,17 +264,32 @@ def _first_compiled_call(loss: nn.Module, minibatch: TensorDictBase):
     output aliasing another, detached one did so under torch 2.14's inductor), so the loss
     goes back to eager with a warning instead."""
     eager_terms = loss.__dict__.pop("_grad_terms")
-    out = loss(minibatch)
+    try:
+        out = loss(minibatch)
+    except Exception as err:  # noqa: BLE001 (a failure inside torch.compile itself)
+        # the same loss already ran eagerly on its checked first call, so this is the
+        # compiler's: seen with torch 2.14, an IndexError while dynamo built the guards of
+        # SVPG's loss after other losses had compiled in the same process; an error of the
+        # loss itself raises again from the eager call below
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        return _back_to_eager(loss, minibatch, f"failed to compile ({type(err).__name__}: {first})")
     lost = sorted(eager_terms - _grad_terms(out))
     if not lost:
         return out
+    return _back_to_eager(
+        loss, minibatch, f"returned {lost} without a gradient, which its eager forward has"
+    )
+
+
+def _back_to_eager(loss: nn.Module, minibatch: TensorDictBase, why: str):
+    """Run ``loss`` eagerly from now on (``compile_loss`` leaves it so), with a warning."""
     loss._compiled_call_impl = None
-    loss.__dict__["_compile_refused"] = True  # compile_loss leaves it eager from now on
+    loss.__dict__["_compile_refused"] = True
     warnings.warn(
-        f"--compile: compiled {type(loss).__name__} returned {lost} without a gradient, which "
-        "its eager forward has; it runs eagerly from here on (the other losses stay compiled)",
+        f"--compile: compiled {type(loss).__name__} {why}; it runs eagerly from here on (the "
+        "other losses stay compiled)",
         RuntimeWarning,
-        stacklevel=2,
+        stacklevel=3,
     )
     return loss(minibatch)
 
