@@ -213,29 +213,39 @@ def test_a_compiled_loss_that_loses_its_gradient_runs_eagerly_with_a_warning():
 
 
 class _FailsToCompile(torch.nn.Module):
-    """A least-squares loss the compiler cannot handle: its backend raises (as torch 2.14's
-    guard builder raised an IndexError on SVPG's loss in a process where other losses had
-    compiled); the eager forward is fine."""
+    """A least-squares loss the compiler cannot handle: its backend raises on its
+    ``fail_on``-th graph (as torch 2.14's guard builder raised an IndexError on SVPG's loss
+    in a process where other losses had compiled); the eager forward is fine. The
+    ``diagnostics`` switch the update loop flips in the last epoch gives a second graph."""
 
-    def __init__(self) -> None:
+    def __init__(self, fail_on: int) -> None:
         super().__init__()
         self.w = torch.nn.Parameter(torch.zeros(3))
         self.in_keys = ["x", "y"]
+        self.diagnostics = False
+        self.fail_on, self.graphs = fail_on, 0
 
     def forward(self, td):
         from tensordict import TensorDict
 
         v = ((td.get("x") @ self.w - td.get("y")) ** 2).mean()
-        return TensorDict({"loss_fit": v}, batch_size=[])
+        out = {"loss_fit": v}
+        if self.diagnostics:
+            out["fit"] = v.detach()
+        return TensorDict(out, batch_size=[])
 
     def compile(self, *args, **kwargs):  # what compile_loss calls
-        def broken_backend(graph, example_inputs):
-            raise IndexError("list index out of range")
+        def backend(graph, example_inputs):
+            self.graphs += 1
+            if self.graphs == self.fail_on:
+                raise IndexError("list index out of range")
+            return graph.forward
 
-        self._compiled_call_impl = torch.compile(self._call_impl, backend=broken_backend)
+        self._compiled_call_impl = torch.compile(self._call_impl, backend=backend)
 
 
-def test_a_loss_that_fails_to_compile_runs_eagerly_with_a_warning():
+@pytest.mark.parametrize("fail_on", [1, 2])
+def test_a_loss_that_fails_to_compile_runs_eagerly_with_a_warning(fail_on):
     from tensordict import TensorDict
 
     from rlkit.training.update import LossGroup, update_loop
@@ -245,7 +255,7 @@ def test_a_loss_that_fails_to_compile_runs_eagerly_with_a_warning():
     data = TensorDict({"x": torch.randn(16, 3), "y": torch.randn(16)}, [16])
     runs = {}
     for compile in (False, True):
-        loss = _FailsToCompile()
+        loss = _FailsToCompile(fail_on)
         group = LossGroup("fit", loss, torch.optim.SGD(loss.parameters(), lr=0.1), epochs=20)
         ctx = _ctx(compile=compile, total_frames=1)
         if compile:

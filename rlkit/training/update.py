@@ -231,6 +231,11 @@ def _call_loss(
     if not strict:
         if loss.__dict__.get("_grad_terms") is not None:
             return _first_compiled_call(loss, minibatch)
+        if is_compiled(loss):  # a recompile (the diagnostics switch) may fail as the first did
+            try:
+                return loss(minibatch)
+            except Exception as err:  # noqa: BLE001 (see _first_compiled_call)
+                return _back_to_eager(loss, minibatch, _compile_failure(err))
         return loss(minibatch)
     previous = tensordict.get_defaults_to_none()
     tensordict.set_get_defaults_to_none(False)
@@ -271,14 +276,18 @@ def _first_compiled_call(loss: nn.Module, minibatch: TensorDictBase):
         # compiler's: seen with torch 2.14, an IndexError while dynamo built the guards of
         # SVPG's loss after other losses had compiled in the same process; an error of the
         # loss itself raises again from the eager call below
-        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        return _back_to_eager(loss, minibatch, f"failed to compile ({type(err).__name__}: {first})")
+        return _back_to_eager(loss, minibatch, _compile_failure(err))
     lost = sorted(eager_terms - _grad_terms(out))
     if not lost:
         return out
     return _back_to_eager(
         loss, minibatch, f"returned {lost} without a gradient, which its eager forward has"
     )
+
+
+def _compile_failure(err: Exception) -> str:
+    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return f"failed to compile ({type(err).__name__}: {first})"
 
 
 def _back_to_eager(loss: nn.Module, minibatch: TensorDictBase, why: str):
