@@ -179,6 +179,48 @@ def _resume_rank(fabric, path: Path, learner, counters, env_modules) -> dict[str
     return chosen if own_state else None
 
 
+def _resume_population_rank(fabric, path: Path, learner, counters, env_modules) -> dict:
+    """Restore this rank's block of a population's members from its own file of the save
+    ``path`` (rank 0's: ``path``; rank r's: :func:`rank_checkpoint_path`).
+
+    Each rank's file holds only its own members, so a rank cannot fall back to another's
+    copy, and the checkpoint must come from as many ranks as now (the members' split). The
+    ranks agree on the outcome (an all-gather of the refusals) before any of them goes on,
+    so a refusal on one rank stops every rank instead of leaving the others waiting."""
+    rank, world = fabric.global_rank, fabric.world_size
+    refusal, payload = "", None
+    try:
+        head = ckpt.load(path)
+        saved = int(head.get("world_size", 1))
+        if saved != world:
+            raise ckpt.CheckpointError(
+                f"checkpoint {str(path)!r} holds a population split over {saved} process(es), "
+                f"each file its own block of members; resume it on {saved} (--devices "
+                f"{saved}), or start a new run"
+            )
+        own = rank_checkpoint_path(path, rank)
+        payload = head if rank == 0 else ckpt.load(own)
+        if rank > 0 and (
+            payload.get("save_id") is None or payload["save_id"] != head.get("save_id")
+        ):
+            raise ckpt.CheckpointError(
+                f"{str(own)!r} was not written by the same save as {str(path)!r} (a run "
+                "stopped between the ranks' writes): resume from an earlier checkpoint "
+                f"(--resume {path.parent}/frames_<N>.pt) written by every rank"
+            )
+        _apply(payload, own, learner, counters, env_modules)
+    except (ckpt.CheckpointError, FileNotFoundError, ValueError, KeyError) as err:
+        refusal = f"rank {rank}: {_one_line(str(err))}" if world > 1 else str(err)
+    refusals: list[str] = [refusal]
+    if world > 1:
+        refusals = [""] * world
+        torch.distributed.all_gather_object(refusals, refusal)
+    first = next((r for r in refusals if r), "")
+    if first:
+        raise ckpt.CheckpointError(first)
+    return payload
+
+
 def _warm_start(path: Path, learner: Learner) -> None:
     payload = ckpt.load(path)
     names = learner.warm_start_modules or tuple(learner.modules())
@@ -375,15 +417,13 @@ class Engine:
         fabric.seed_everything(cfg.seed, verbose=False)  # identical networks on every rank
         members = len(cfg.population_members())
         population = members > 1 or bool(cfg.sweep)
-        if population and fabric.world_size > 1:
-            raise ValueError(
-                "--population runs in one process for now (splitting members across ranks "
-                "is not implemented): drop --devices / --num-nodes"
-            )
+        # a population's members are split across the ranks, each rank a contiguous block
+        # (rlkit.training.population.rank_members); its env holds its members' sub-envs
+        split = {"rank": rank, "world_size": fabric.world_size}
         if population:
             from rlkit.training.population import make_population_env
 
-            env = make_population_env(cfg, make_env)
+            env = make_population_env(cfg, make_env, **split)
         else:
             env = make_env(
                 cfg.env, num_envs=cfg.num_envs, seed=cfg.seed + 1000 * rank, **cfg.env_options()
@@ -397,7 +437,7 @@ class Engine:
             if population:
                 from rlkit.training.population import build_population
 
-                learner = build_population(self.build, cfg, env)
+                learner = build_population(self.build, cfg, env, **split)
             else:
                 learner = self.build(cfg, env)
             modules = learner.modules()
@@ -405,7 +445,8 @@ class Engine:
                 m.to(fabric.device)
             for optimizer in learner.optimizers().values():
                 _speedups.skip_cpu_graph_capture_check(optimizer)
-            _broadcast_parameters(fabric, modules)
+            if not population:  # a population's ranks hold different members
+                _broadcast_parameters(fabric, modules)
             built = _Built(env, env_modules, learner)
             if cfg.eval_only:
                 return built
@@ -418,17 +459,25 @@ class Engine:
             )
             if cfg.eval_env:
                 check_same_spaces(env, built.evaluator.env, train_id=cfg.env, eval_id=cfg.eval_env)
-            if resume_path is not None:
-                built.payload = _resume_rank(
-                    fabric, resume_path, learner, built.counters, env_modules
-                )
-            elif cfg.init_from:
-                _warm_start(Path(cfg.init_from), learner)
-                _broadcast_parameters(fabric, modules)
+            self._restore(fabric, resume_path, built, population)
             return built
         except BaseException:
             env.close()
             raise
+
+    def _restore(self, fabric, resume_path: Path | None, built: _Built, population: bool):
+        """Resume from ``resume_path`` (this rank's own state) or warm start (--init-from)."""
+        learner, counters, env_modules = built.learner, built.counters, built.env_modules
+        if resume_path is not None and population:
+            built.payload = _resume_population_rank(
+                fabric, resume_path, learner, counters, env_modules
+            )
+        elif resume_path is not None:
+            built.payload = _resume_rank(fabric, resume_path, learner, counters, env_modules)
+        elif self.cfg.init_from:
+            _warm_start(Path(self.cfg.init_from), learner)
+            if not population:  # a population's ranks hold different members
+                _broadcast_parameters(fabric, learner.modules())
 
     def _train(self, fabric, run_dir, resume_path, save_token, built: _Built) -> dict[str, Any]:
         env, learner, evaluator, counters = (
@@ -503,7 +552,10 @@ class Engine:
             batch = next(iterator)
             metrics = s.learner.update(batch, ctx)
             collector.update_policy_weights_()
-            counters.frames += batch.numel() * world // s.members  # a member's frames
+            if s.population is None:
+                counters.frames += batch.numel() * world
+            else:  # a member's frames (the batch holds this rank's members' frames)
+                counters.frames += batch.numel() // s.local_members
             counters.batches += 1
             now = time.perf_counter()
             counters.train_seconds += now - tick
@@ -573,12 +625,16 @@ class _LoopState:
         self.eval_details: dict[str, float] = {}
         #: a population's report (per-member rows, population.json), or None
         self.population = None
-        self.members = getattr(learner, "size", 1)
+        #: members in the run (all ranks) and on this rank
+        self.members = self.local_members = getattr(learner, "size", 1)
         if hasattr(learner, "members"):
             from rlkit.training.population import PopulationReport
 
-            self.population = PopulationReport(learner, cfg.target_return)
+            self.population = PopulationReport(
+                learner, cfg.target_return, fabric=fabric, members=cfg.population_members()
+            )
             self.population.load_state_dict(counters.population)
+            self.members = self.population.size
 
     @property
     def is_zero(self) -> bool:
@@ -586,12 +642,16 @@ class _LoopState:
 
     def record(self, batch: TensorDictBase, metrics: Mapping[str, float]) -> None:
         c = self.counters
-        returns, lengths = episode_stats(batch)
+        member_returns = None
+        if self.population is None:
+            returns, lengths = episode_stats(batch)
+        else:  # every rank's members (the same on every rank)
+            metrics, returns, lengths, member_returns = self.population.gather_batch(batch, metrics)
         self.recent_returns = (self.recent_returns + returns)[-20:]
         if c.batches % self.cfg.log_every == 0 or returns:
             row = {k: v for k, v in metrics.items() if "/member" not in k}
             if self.population is not None:
-                self.population.record(self.log, c.frames, batch, metrics)
+                self.population.record(self.log, c.frames, batch, metrics, member_returns)
             if returns:
                 row["episode_return"] = sum(returns) / len(returns)
             if lengths:
@@ -714,8 +774,11 @@ class _LoopState:
                     f"space and continue with --resume last --run-dir {self.run_dir}"
                 ) from None
 
-    def rank_param_max_diff(self) -> float:
-        """Largest difference of any parameter between ranks (0.0 when they agree)."""
+    def rank_param_max_diff(self) -> float | None:
+        """Largest difference of any parameter between ranks (0.0 when they agree; None for
+        a population, whose ranks hold different members)."""
+        if self.population is not None and self.fabric.world_size > 1:
+            return None
         if self.fabric.world_size == 1:
             return 0.0
         flat = torch.cat(

@@ -54,6 +54,32 @@ def member_key(index: int, name: str) -> str:
     return f"member{index}.{name}"
 
 
+def member_means(metrics: Mapping[str, float]) -> dict[str, float]:
+    """``metrics``' per-member values (``name/member<i>``) and, for each name, their mean
+    over the members that report it (under ``name``)."""
+    out = {k: v for k, v in metrics.items() if "/member" in k}
+    for k in {k.split("/member")[0] for k in out}:
+        values = [v for name, v in out.items() if name.split("/member")[0] == k]
+        out[k] = sum(values) / len(values)
+    return out
+
+
+class _SingleProcess:
+    """What a member's update sees of the launcher: its own process only (no collectives)."""
+
+    world_size = 1
+    global_rank = 0
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+
+def _local(ctx: Context) -> Context:
+    if ctx.world_size == 1:
+        return ctx
+    return dataclasses.replace(ctx, fabric=_SingleProcess(ctx.device))
+
+
 class _MemberRNG:
     """A member's global random stream, kept while other members (or the engine) draw."""
 
@@ -347,6 +373,9 @@ class PopulationLearner(Learner):
         seeds: each member's seed (its minibatch generator starts from it, as a standalone
             run's does).
         settings: each member's hyperparameters that differ from the recipe's (reported).
+        first: the population-wide index of the first member (on several ranks each rank
+            holds a contiguous block of members: :func:`rank_members`); checkpoint names and
+            per-member metrics use population-wide indices.
     """
 
     def __init__(
@@ -357,6 +386,7 @@ class PopulationLearner(Learner):
         num_envs: int,
         seeds: Sequence[int],
         settings: Sequence[Mapping[str, Any]],
+        first: int = 0,
     ) -> None:
         if not members:
             raise ValueError("a population needs at least one member")
@@ -374,6 +404,7 @@ class PopulationLearner(Learner):
         self.members = list(members)
         self.algo = members[0].algo
         self.num_envs = num_envs
+        self.first = int(first)
         self.seeds = list(seeds)
         self.settings = [dict(s) for s in settings]
         self.rngs = [_MemberRNG(s.clone()) for s in rng_states]
@@ -393,15 +424,21 @@ class PopulationLearner(Learner):
 
     def modules(self) -> dict[str, nn.Module]:
         return {
-            member_key(i, k): v for i, m in enumerate(self.members) for k, v in m.modules().items()
+            member_key(self.first + i, k): v
+            for i, m in enumerate(self.members)
+            for k, v in m.modules().items()
         }
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {
-            member_key(i, k): v
+            member_key(self.first + i, k): v
             for i, m in enumerate(self.members)
             for k, v in m.optimizers().items()
         }
+
+    def stopped_members(self) -> dict[int, str]:
+        """The stopped members by population-wide index, with why."""
+        return {self.first + i: why for i, why in self.stopped.items()}
 
     @property
     def frames_per_batch(self) -> int:
@@ -439,6 +476,10 @@ class PopulationLearner(Learner):
         return [batch[i * n : (i + 1) * n] for i in range(self.size)]
 
     def update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
+        # members are independent runs: on several ranks nothing a member computes (advantage
+        # and observation statistics, KL-adaptive learning rates) is reduced over the ranks,
+        # which hold other members; the member steps below all-reduce no gradients either
+        ctx = _local(ctx)
         parts = self._split(batch)
         active = [i for i in range(self.size) if i not in self.stopped]
         scheds: dict[int, dict[str, float]] = {}
@@ -458,10 +499,8 @@ class PopulationLearner(Learner):
                 continue
             result = self.members[i].finish(parts[i], results[i], ctx)
             for k, v in (result | scheds[i]).items():
-                out[f"{k}/member{i}"] = v
-        for k in {k.split("/member")[0] for k in out}:
-            values = [v for name, v in out.items() if name.split("/member")[0] == k]
-            out[k] = sum(values) / len(values)
+                out[f"{k}/member{self.first + i}"] = v
+        out = member_means(out)
         out["members_active"] = float(self.size - len(self.stopped))
         return out
 
@@ -604,9 +643,29 @@ class PopulationLearner(Learner):
 
 # --------------------------------------------------------------------------- aggregates
 # --------------------------------------------------------------------------- engine side
-def build_population(build, cfg, env) -> PopulationLearner:
-    """``build(member_cfg, env)`` for every member of ``cfg.population_members()``, each
-    from the random state its standalone run would build from."""
+def rank_members(cfg, rank: int = 0, world_size: int = 1) -> tuple[int, list]:
+    """``(first, members)``: the population-wide index of rank ``rank``'s first member and its
+    contiguous block of ``cfg.population_members()`` (all of them on one rank). Raises
+    ``ValueError`` naming the fix when the members do not split evenly over the ranks."""
+    members = cfg.population_members()
+    size = len(members)
+    if size % world_size:
+        fits = [d for d in range(1, world_size + 1) if size % d == 0]
+        raise ValueError(
+            f"--population: {size} members do not split evenly over {world_size} processes "
+            f"(each process trains the same number of members): train a multiple of "
+            f"{world_size} members (e.g. --population {world_size * math.ceil(size / world_size)}"
+            f" or more --population-seeds) or run on {fits[-1]} process(es) (--devices)"
+        )
+    per_rank = size // world_size
+    first = rank * per_rank
+    return first, members[first : first + per_rank]
+
+
+def build_population(build, cfg, env, *, rank: int = 0, world_size: int = 1) -> PopulationLearner:
+    """``build(member_cfg, env)`` for every member of this rank's block of
+    ``cfg.population_members()`` (:func:`rank_members`; all of them on one rank), each from
+    the random state its standalone run would build from."""
     if getattr(cfg, "intrinsic", "none") != "none":  # rnd.py's is not a flag: name it
         fields = {f.name for f in dataclasses.fields(cfg)}
         name = "--intrinsic" if "intrinsic" in fields else "an intrinsic reward"
@@ -614,7 +673,7 @@ def build_population(build, cfg, env) -> PopulationLearner:
             f"--population does not support {name} yet (its statistics would be shared by "
             "the members): drop the flag or train the members as separate runs"
         )
-    members = cfg.population_members()
+    first, members = rank_members(cfg, rank, world_size)
     learners, states = [], []
     for seed, setting in members:
         member_cfg = dataclasses.replace(
@@ -629,34 +688,38 @@ def build_population(build, cfg, env) -> PopulationLearner:
         num_envs=cfg.num_envs,
         seeds=[seed for seed, _ in members],
         settings=[setting for _, setting in members],
+        first=first,
     )
 
 
-def make_population_env(cfg, make_env):
-    """The population's training env: ``P x num_envs`` sub-envs, member ``i``'s seeded as its
-    standalone run's; with ``--normalize-reward`` a
+def make_population_env(cfg, make_env, *, rank: int = 0, world_size: int = 1):
+    """The training env of this rank's members (:func:`rank_members`): ``P x num_envs``
+    sub-envs, member ``i``'s seeded as its standalone run's; with ``--normalize-reward`` a
     :class:`~rlkit.modules.PopulationRewardNorm` gives each member its own reward statistics
     (and its own ``gamma``), where one :class:`~rlkit.modules.RewardNorm` would share them."""
     from rlkit.modules import PopulationRewardNorm
 
+    _, members = rank_members(cfg, rank, world_size)
     options = dict(cfg.env_options())
     normalize_reward = options.pop("normalize_reward", False)
     options.pop("gamma", None)
     env = make_env(
         cfg.env,
-        num_envs=cfg.num_envs * len(cfg.population_members()),
-        seed=env_seeds(cfg),
+        num_envs=cfg.num_envs * len(members),
+        seed=env_seeds(cfg, members),
         **options,
     )
     if normalize_reward:
-        gammas = [s.get("gamma", cfg.gamma) for _, s in cfg.population_members()]
+        gammas = [s.get("gamma", cfg.gamma) for _, s in members]
         env.append_transform(PopulationRewardNorm(gammas, cfg.num_envs))
     return env
 
 
-def env_seeds(cfg) -> list[int]:
-    """Every sub-env's seed: member ``i``'s block is seeded as its standalone run's env."""
-    return [seed + k for seed, _ in cfg.population_members() for k in range(cfg.num_envs)]
+def env_seeds(cfg, members=None) -> list[int]:
+    """Every sub-env's seed: member ``i``'s block is seeded as its standalone run's
+    (``members``: a rank's block; default all of ``cfg.population_members()``)."""
+    members = cfg.population_members() if members is None else members
+    return [seed + k for seed, _ in members for k in range(cfg.num_envs)]
 
 
 def _label(setting: Mapping[str, Any]) -> str:
@@ -670,25 +733,101 @@ class PopulationReport:
     """What a population run writes besides the usual files: per-member rows in
     ``metrics.csv`` / ``eval.csv`` (a ``member`` column), ``population.json`` (each member's
     settings and results, and per setting the IQM over seeds with its 95% bootstrap interval)
-    and ``population.png`` (one curve per setting with its interval)."""
+    and ``population.png`` (one curve per setting with its interval).
 
-    def __init__(self, learner: PopulationLearner, target: float | None) -> None:
-        self.learner, self.target = learner, target
-        self.solved: list[int | None] = [None] * learner.size
+    On several ranks (``fabric.world_size > 1``) each rank's learner holds a block of the
+    members; every rank calls :meth:`gather_batch` and :meth:`evaluate` (collectives), and
+    rank 0 (the one whose log is enabled) writes the rows of all members.
+
+    Args:
+        learner: this process's :class:`PopulationLearner`.
+        target: ``--target-return`` (or None).
+        fabric: the launcher (its world size and rank); None for one process.
+        members: ``(seed, settings)`` of every member of the population (default: the
+            learner's).
+    """
+
+    def __init__(
+        self,
+        learner: PopulationLearner,
+        target: float | None,
+        *,
+        fabric: Any = None,
+        members: Sequence[tuple[int, Mapping[str, Any]]] | None = None,
+    ) -> None:
+        self.learner, self.target, self.fabric = learner, target, fabric
+        if members is None:
+            members = list(zip(learner.seeds, learner.settings))
+        self.seeds = [int(seed) for seed, _ in members]
+        self.settings = [dict(setting) for _, setting in members]
+        self.size = len(members)
+        self.solved: list[int | None] = [None] * self.size
         self.last: list[tuple[float, float]] = []
+        #: every member that stopped (population-wide index: why), as of the last evaluation
+        self.stopped: dict[int, str] = {}
         self._evaluator = None  # all members at once (deterministic evaluation)
 
+    @property
+    def world_size(self) -> int:
+        return 1 if self.fabric is None else self.fabric.world_size
+
+    def _gather(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj`` (plain Python values), in rank order, on every rank."""
+        if self.world_size == 1:
+            return [obj]
+        out: list[Any] = [None] * self.world_size
+        torch.distributed.all_gather_object(out, obj)
+        return out
+
+    def _member_returns(self, batch: TensorDictBase) -> dict[int, list[float]]:
+        n, first = self.learner.num_envs, self.learner.first
+        return {
+            first + i: episode_stats(batch[i * n : (i + 1) * n])[0]
+            for i in range(self.learner.size)
+        }
+
     # -- during the run
-    def record(self, log, frames: int, batch: TensorDictBase, metrics: Mapping[str, float]):
+    def gather_batch(self, batch: TensorDictBase, metrics: Mapping[str, float]):
+        """``(metrics, returns, lengths, member_returns)`` of this batch over all ranks: every
+        member's metrics with their means, the episodes that ended (all members), and each
+        member's ended episodes' returns (``None`` on one rank: read from the batch when a
+        row is written). Every rank gets the same values, so every rank takes the same
+        decisions (when to log, evaluate, stop)."""
+        returns, lengths = episode_stats(batch)
+        if self.world_size == 1:
+            return dict(metrics), returns, lengths, None
+        parts = self._gather((dict(metrics), returns, lengths, self._member_returns(batch)))
+        merged: dict[str, float] = {}
+        returns, lengths, member_returns = [], [], {}
+        for m, r, lens, per_member in parts:
+            merged |= {k: v for k, v in m.items() if "/member" in k}
+            returns += r
+            lengths += lens
+            member_returns |= per_member
+        out = member_means(merged)
+        out["members_active"] = sum(float(m.get("members_active", 0.0)) for m, *_ in parts)
+        return out, returns, lengths, member_returns
+
+    def record(
+        self,
+        log,
+        frames: int,
+        batch: TensorDictBase,
+        metrics: Mapping[str, float],
+        member_returns: Mapping[int, list[float]] | None = None,
+    ):
+        """Write one ``metrics.csv`` row per member (``metrics`` and ``member_returns`` as
+        :meth:`gather_batch` returns them)."""
         if not (log.enabled and log.scalars):
             return
-        n = self.learner.num_envs
+        if member_returns is None:
+            member_returns = self._member_returns(batch)
         rows: list[dict[str, Any]] = []
-        for i in range(self.learner.size):
+        for i in range(self.size):
             row: dict[str, Any] = {"frames": frames, "member": i}
             suffix = f"/member{i}"
             row |= {k[: -len(suffix)]: v for k, v in metrics.items() if k.endswith(suffix)}
-            returns, _ = episode_stats(batch[i * n : (i + 1) * n])
+            returns = member_returns.get(i)
             if returns:
                 row["episode_return"] = sum(returns) / len(returns)
             rows.append(row)
@@ -722,8 +861,11 @@ class PopulationReport:
         ]
 
     def evaluate(self, evaluator, counters, log) -> tuple[float, float]:
-        """Evaluate every member; returns the IQM of their means and the spread of the means."""
-        self.last = self._evaluate_members(evaluator)
+        """Evaluate every member (each rank its own members); returns the IQM of their means
+        and the spread of the means (the same on every rank)."""
+        parts = self._gather((self._evaluate_members(evaluator), self.learner.stopped_members()))
+        self.last = [result for local, _ in parts for result in local]
+        self.stopped = {i: why for _, stopped in parts for i, why in stopped.items()}
         means = [m for m, _ in self.last]
         if log.enabled:
             log.evals.write_many(
@@ -746,9 +888,7 @@ class PopulationReport:
         return iqm(means), statistics.pstdev(means) if len(means) > 1 else 0.0
 
     def all_solved(self) -> bool:
-        return all(
-            s is not None for i, s in enumerate(self.solved) if i not in self.learner.stopped
-        )
+        return all(s is not None for i, s in enumerate(self.solved) if i not in self.stopped)
 
     def state_dict(self) -> dict[str, Any]:
         return {"solved": list(self.solved)}
@@ -758,9 +898,9 @@ class PopulationReport:
 
     # -- at the end
     def finish(self, run_dir, summary: dict[str, Any]) -> dict[str, Any]:
-        learner = self.learner
+        """Write ``population.json`` and ``population.png`` (rank 0, after :meth:`evaluate`)."""
         members = []
-        for i, (seed, setting) in enumerate(zip(learner.seeds, learner.settings)):
+        for i, (seed, setting) in enumerate(zip(self.seeds, self.settings)):
             mean, std = self.last[i] if i < len(self.last) else (math.nan, math.nan)
             members.append(
                 {
@@ -770,7 +910,7 @@ class PopulationReport:
                     "eval_return_mean": mean,
                     "eval_return_std": std,
                     "solved_frames": self.solved[i],
-                    "stopped": learner.stopped.get(i),
+                    "stopped": self.stopped.get(i),
                 }
             )
         by_setting: dict[str, list[dict]] = {}
@@ -805,7 +945,7 @@ class PopulationReport:
         tmp.write_text(json.dumps(report, indent=2, default=str) + "\n")
         tmp.replace(path)
         try:
-            plot_population(run_dir, learner.settings, title=f"{report['algo']} on {report['env']}")
+            plot_population(run_dir, self.settings, title=f"{report['algo']} on {report['env']}")
         except Exception as err:  # a missing plot never fails a finished run
             print(f"warning: could not draw population.png: {err}".splitlines()[0])
         return report
