@@ -44,6 +44,9 @@ def _base(algo: str):
         argv += ["--minibatch-size", "32", "--epochs", "3"]
     if algo == "daac":  # a value phase every other batch
         argv += ["--value-epochs", "2", "--value-freq", "2"]
+    if algo == "ppg":  # an auxiliary phase every other batch
+        argv += ["--minibatch-size", "32", "--epochs", "2", "--n-pi", "2", "--aux-epochs", "2"]
+        argv += ["--aux-minibatches", "2"]
     return parse_config(config_class(algo), argv, presets={})
 
 
@@ -95,14 +98,17 @@ def _max_diff(a, b) -> float:
     )
 
 
-@pytest.mark.parametrize("algo", ["ppo", "a2c", "daac"])
+@pytest.mark.parametrize("algo", ["ppo", "a2c", "daac", "ppg"])
 def test_members_match_standalone_runs(algo):
     # 3 batches = 18 PPO optimiser steps; the vmapped backward differs from a single
-    # member's in the last bits (batched matmuls), which Adam amplifies slowly: 2e-5 after 4
+    # member's in the last bits (batched matmuls), which Adam amplifies slowly: 2e-5 after 4.
+    # PPG's members run their own updates (policy phase, then after 2 batches an auxiliary
+    # phase over their own buffers)
     batches = 3
-    settings = (
-        SETTINGS if algo == "ppo" else [*SETTINGS[:2], dict(seed=2, value_coef=0.25), SETTINGS[3]]
-    )
+    settings = {
+        "ppo": SETTINGS,
+        "ppg": [*SETTINGS[:3], dict(seed=3, beta_clone=2.0)],
+    }.get(algo, [*SETTINGS[:2], dict(seed=2, value_coef=0.25), SETTINGS[3]])
     pop, metrics = _population(algo, settings, batches)
     for i, setting in enumerate(settings):
         solo = _standalone(algo, setting, batches)
@@ -114,6 +120,8 @@ def test_members_match_standalone_runs(algo):
     assert _max_diff(first, start) > 1e-3  # and they did train
     assert metrics[-1]["members_active"] == len(settings)
     assert {f"loss_policy/member{i}" for i in range(len(settings))} <= set(metrics[-1])
+    if algo == "ppg":  # the auxiliary phase ran after the second batch, for every member
+        assert {f"aux/loss_distill/member{i}" for i in range(len(settings))} <= set(metrics[1])
 
 
 def test_a_diverged_member_is_stopped_and_the_others_go_on():

@@ -110,6 +110,10 @@ class PPGLearner(PolicyGradientLearner):
     network keeps one Adam state across both phases.
     """
 
+    #: a population (``--population``) runs each member's own :meth:`update` in turn (its
+    #: policy phase trains two loss groups in lockstep and its auxiliary phase its own buffer)
+    population_sequential = True
+
     def __init__(
         self,
         *,

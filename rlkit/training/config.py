@@ -155,8 +155,9 @@ class TrainConfig:
     population: int = field(
         default=1,
         metadata=_help(
-            "train this many independent members in one process, seeds --seed, --seed+1, ... "
-            "(ppo, a2c, daac; see docs/population.md); with --sweep: the grid x --population-seeds"
+            "train this many independent members as one run, seeds --seed, --seed+1, ... "
+            "(ppo, a2c, daac; see docs/population.md); with --sweep: the grid x "
+            "--population-seeds; with --devices N each process trains its own 1/N of them"
         ),
     )
     population_seeds: int = field(

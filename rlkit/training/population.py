@@ -42,6 +42,7 @@ from torch import nn
 from torch.optim.adam import adam as adam_step
 
 from rlkit.modules import direct
+from rlkit.training.errors import NonFiniteError
 from rlkit.training.learner import Context, Learner, episode_stats
 from rlkit.training.stats import bootstrap_ci, iqm  # noqa: F401 (re-exported)
 from rlkit.training.update import _group_terms, _validate
@@ -390,11 +391,14 @@ class PopulationLearner(Learner):
     ) -> None:
         if not members:
             raise ValueError("a population needs at least one member")
-        for m in members:
+        #: members that update one after the other, each by its own ``update`` (PPG)
+        self.sequential = all(getattr(m, "population_sequential", False) for m in members)
+        for m in members if not self.sequential else ():
             if not (hasattr(m, "shared_update") and m.shared_update()):
                 raise ValueError(
                     f"--population trains learners whose update is a sequence of loss groups on "
-                    f"one batch (ppo, a2c, daac); {m.algo} updates its own way: drop --population"
+                    f"one batch (ppo, a2c, daac, ppg); {m.algo} updates its own way: drop "
+                    "--population"
                 )
             if any(len(phase) != 1 for phase in m.phases()):
                 raise ValueError(
@@ -481,6 +485,8 @@ class PopulationLearner(Learner):
         # which hold other members; the member steps below all-reduce no gradients either
         ctx = _local(ctx)
         parts = self._split(batch)
+        if self.sequential:
+            return self._sequential_update(parts, ctx)
         active = [i for i in range(self.size) if i not in self.stopped]
         scheds: dict[int, dict[str, float]] = {}
         flats: dict[int, TensorDictBase] = {}
@@ -499,6 +505,29 @@ class PopulationLearner(Learner):
                 continue
             result = self.members[i].finish(parts[i], results[i], ctx)
             for k, v in (result | scheds[i]).items():
+                out[f"{k}/member{self.first + i}"] = v
+        out = member_means(out)
+        out["members_active"] = float(self.size - len(self.stopped))
+        return out
+
+    def _sequential_update(self, parts, ctx: Context) -> dict[str, float]:
+        """Each member's own ``update`` on its rows, one after the other, with its own
+        random stream and minibatch generator (as its standalone run's global stream and
+        ``Context.generator``): exactly its standalone run's update. A member whose update
+        raises :class:`NonFiniteError` is stopped (its optimisers step only after the check,
+        so it keeps the parameters its last finite step left) and the others go on."""
+        out: dict[str, float] = {}
+        for i, part in enumerate(parts):
+            if i in self.stopped:
+                continue
+            member_ctx = dataclasses.replace(ctx, generator=self.generators[i])
+            try:
+                with self.rngs[i]:
+                    result = self.members[i].update(part, member_ctx)
+            except NonFiniteError as err:
+                self.stopped[i] = str(err)
+                continue
+            for k, v in result.items():
                 out[f"{k}/member{self.first + i}"] = v
         out = member_means(out)
         out["members_active"] = float(self.size - len(self.stopped))
