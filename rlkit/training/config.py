@@ -156,7 +156,7 @@ class TrainConfig:
         default=1,
         metadata=_help(
             "train this many independent members as one run, seeds --seed, --seed+1, ... "
-            "(ppo, a2c, daac; see docs/population.md); with --sweep: the grid x "
+            "(ppo, a2c, daac, ppg; see docs/population.md); with --sweep: the grid x "
             "--population-seeds; with --devices N each process trains its own 1/N of them"
         ),
     )

@@ -179,17 +179,36 @@ def _resume_rank(fabric, path: Path, learner, counters, env_modules) -> dict[str
     return chosen if own_state else None
 
 
+def _on_every_rank(fabric, action: Callable[[], Any]) -> Any:
+    """``action()`` on every rank, the ranks agreeing on its outcome: a refusal
+    (``CheckpointError``, ``ValueError``, a missing file) on any rank is raised on every
+    rank, after an all-gather, instead of leaving the others waiting in a collective."""
+    rank, world = fabric.global_rank, fabric.world_size
+    refusal, result = "", None
+    try:
+        result = action()
+    except (ckpt.CheckpointError, FileNotFoundError, ValueError, KeyError) as err:
+        refusal = f"rank {rank}: {_one_line(str(err))}" if world > 1 else str(err)
+    refusals: list[str] = [refusal]
+    if world > 1:
+        refusals = [""] * world
+        torch.distributed.all_gather_object(refusals, refusal)
+    first = next((r for r in refusals if r), "")
+    if first:
+        raise ckpt.CheckpointError(first)
+    return result
+
+
 def _resume_population_rank(fabric, path: Path, learner, counters, env_modules) -> dict:
     """Restore this rank's block of a population's members from its own file of the save
     ``path`` (rank 0's: ``path``; rank r's: :func:`rank_checkpoint_path`).
 
     Each rank's file holds only its own members, so a rank cannot fall back to another's
     copy, and the checkpoint must come from as many ranks as now (the members' split). The
-    ranks agree on the outcome (an all-gather of the refusals) before any of them goes on,
-    so a refusal on one rank stops every rank instead of leaving the others waiting."""
+    ranks agree on the outcome (:func:`_on_every_rank`)."""
     rank, world = fabric.global_rank, fabric.world_size
-    refusal, payload = "", None
-    try:
+
+    def restore() -> dict:
         head = ckpt.load(path)
         saved = int(head.get("world_size", 1))
         if saved != world:
@@ -209,16 +228,24 @@ def _resume_population_rank(fabric, path: Path, learner, counters, env_modules) 
                 f"(--resume {path.parent}/frames_<N>.pt) written by every rank"
             )
         _apply(payload, own, learner, counters, env_modules)
-    except (ckpt.CheckpointError, FileNotFoundError, ValueError, KeyError) as err:
-        refusal = f"rank {rank}: {_one_line(str(err))}" if world > 1 else str(err)
-    refusals: list[str] = [refusal]
-    if world > 1:
-        refusals = [""] * world
-        torch.distributed.all_gather_object(refusals, refusal)
-    first = next((r for r in refusals if r), "")
-    if first:
-        raise ckpt.CheckpointError(first)
-    return payload
+        return payload
+
+    return _on_every_rank(fabric, restore)
+
+
+def _warm_start_population(path: Path, learner) -> None:
+    """``--init-from`` for a population: every member's modules (by population-wide name)
+    must be in ``path``; a missing one is refused instead of training from scratch."""
+    payload = ckpt.load(path)
+    missing = [name for name in learner.modules() if name not in payload["modules"]]
+    if missing:
+        raise ckpt.CheckpointError(
+            f"--init-from {str(path)!r} has no module {missing[0]!r} ({len(missing)} of this "
+            "process's members' modules missing): warm start a population from a checkpoint "
+            "of a population with as many members, written by one process (a checkpoint of "
+            "several processes keeps each one's members in its own file)"
+        )
+    _warm_start(path, learner)
 
 
 def _warm_start(path: Path, learner: Learner) -> None:
@@ -474,10 +501,13 @@ class Engine:
             )
         elif resume_path is not None:
             built.payload = _resume_rank(fabric, resume_path, learner, counters, env_modules)
+        elif self.cfg.init_from and population:  # its ranks hold different members
+            _on_every_rank(
+                fabric, lambda: _warm_start_population(Path(self.cfg.init_from), learner)
+            )
         elif self.cfg.init_from:
             _warm_start(Path(self.cfg.init_from), learner)
-            if not population:  # a population's ranks hold different members
-                _broadcast_parameters(fabric, learner.modules())
+            _broadcast_parameters(fabric, learner.modules())
 
     def _train(self, fabric, run_dir, resume_path, save_token, built: _Built) -> dict[str, Any]:
         env, learner, evaluator, counters = (

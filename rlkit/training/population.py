@@ -16,13 +16,20 @@ the engine as one learner:
   ``clip_epsilon`` runs one vmapped call per value), one backward, per-member gradient
   clipping and NaN check, and the members' Adam steps in one fused call per learning rate.
   Minibatch orders come from per-member generators seeded as a standalone run's; then each
-  member's ``finish`` (KL-adaptive learning rate, counters);
+  member's ``finish`` (KL-adaptive learning rate, counters). A learner that sets
+  ``population_sequential`` (PPG: a policy phase of two loss groups in lockstep, then an
+  auxiliary phase over its own buffer) runs its own ``update`` instead, member after member,
+  each in its own random stream and with its own minibatch generator;
+* **ranks**: with ``W`` ranks, rank ``r`` holds members ``[r P/W, (r + 1) P/W)``
+  (:func:`rank_members`) and nothing of a member crosses ranks (no gradient all-reduce, no
+  shared statistics); :class:`PopulationReport` gathers their rows on rank 0;
 * **divergence**: a member whose gradient turns non-finite is stopped (it keeps its last
   good parameters and is reported); the others go on.
 
 Member ``i`` of a population and a standalone run with the same seed and settings end at the
 same parameters (``tests/test_population.py``: within 1e-5 after three batches, four members
-with four different settings, for PPO, A2C and DAAC). The vmapped backward differs from one
+with four different settings, for PPO, A2C, DAAC and PPG; ``tests/test_population_ddp.py``: a
+population on two ranks as in one process). The vmapped backward differs from one
 member's in the last bits, and training amplifies such differences over long runs
 (docs/population.md gives the measured drift); a lone member runs its own loss, bit for bit.
 """
