@@ -109,8 +109,8 @@ def test_two_ranks_train_the_one_process_population_and_resume_it(tmp_path):
     assert _max_diff(solo_modules, pop2) < 1e-5
     # a warm start without the members' modules is refused (it used to train from scratch)
     with pytest.raises(ckpt.CheckpointError, match="has no module 'member0.actor'"):
-        ppo.main([*FLAGS, *SWEEP, "--total-frames", "128", "--init-from",
-                  str(solo / "checkpoints" / "last.pt"), "--run-dir", str(tmp_path / "warm")])  # fmt: skip
+        warm = ["--init-from", str(solo / "checkpoints" / "last.pt")]
+        ppo.main([*FLAGS, *SWEEP, *warm, "--run-dir", str(tmp_path / "warm")])
 
     # rank 0 reports every member
     report = json.loads((two / "population.json").read_text())
