@@ -245,6 +245,34 @@ def test_population_checkpoint_round_trip_is_exact(tmp_path):
         assert torch.equal(a.get_state(), b.get_state())
 
 
+def test_ppg_recipe_population_matches_standalone_runs(tmp_path):
+    """``recipes/ppg.py --sweep``: 3 batches, an auxiliary phase after the second; member 1
+    (``beta_clone`` 2, which only the auxiliary phase reads) ends where its standalone run
+    ends, and apart from member 0."""
+    import json
+
+    from rlkit.algorithms import ppg
+
+    flags = [
+        "--num-envs", "4", "--rollout-steps", "16", "--minibatch-size", "32", "--epochs", "2",
+        "--n-pi", "2", "--aux-epochs", "2", "--aux-minibatches", "2", "--total-frames", "192",
+        "--eval-every", "0", "--eval-episodes", "2", "--progress", "false",
+    ]  # fmt: skip
+    ppg.main([*flags, "--sweep", "beta_clone=1.0,2.0", "--run-dir", str(tmp_path / "pop")])
+    ppg.main([*flags, "--beta-clone", "2.0", "--run-dir", str(tmp_path / "solo")])
+    pop, solo = _modules(tmp_path / "pop"), _modules(tmp_path / "solo")
+    assert set(solo) == {"actor", "critic", "aux_critic"}
+
+    def diff(a: str, b: dict) -> float:
+        return max((pop[f"{a}.{n}"][k] - v).abs().max().item() for n in b for k, v in b[n].items())
+
+    assert diff("member1", solo) < 1e-5
+    assert diff("member1", {n: pop[f"member0.{n}"] for n in solo}) > 1e-6
+    report = json.loads((tmp_path / "pop" / "population.json").read_text())
+    assert [m["settings"] for m in report["members"]] == [{"beta_clone": 1.0}, {"beta_clone": 2.0}]
+    assert "aux/loss_distill" in (tmp_path / "pop" / "metrics.csv").read_text().splitlines()[0]
+
+
 NORMS = [
     "--normalize-obs", "true", "--normalize-reward", "true",
     "--running-advantage-norm", "true", "--normalize-advantage", "false",
