@@ -45,6 +45,9 @@ def test_ranks_take_contiguous_blocks_and_an_uneven_split_is_refused():
     odd = parse_config(config_class("ppo"), ["--population", "3"], presets={})
     with pytest.raises(ValueError, match=r"3 members do not split evenly over 2 .*--population 4"):
         rank_members(odd, 0, 2)
+    grid = parse_config(config_class("ppo"), ["--sweep", "lr=1e-3,3e-4,1e-4"], presets={})
+    with pytest.raises(ValueError, match=r"--population-seeds 4\) or run on 3 process"):
+        rank_members(grid, 0, 4)
 
 
 def _members(run_dir, ranks: int, name: str = "last.pt") -> dict[str, dict]:

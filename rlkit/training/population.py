@@ -686,12 +686,17 @@ def rank_members(cfg, rank: int = 0, world_size: int = 1) -> tuple[int, list]:
     members = cfg.population_members()
     size = len(members)
     if size % world_size:
-        fits = [d for d in range(1, world_size + 1) if size % d == 0]
+        fits = max(d for d in range(1, world_size + 1) if size % d == 0)
+        if cfg.sweep:
+            settings = size // cfg.population_seeds
+            seeds = next(k for k in range(1, world_size + 1) if settings * k % world_size == 0)
+            more = f"--population-seeds {seeds}"
+        else:
+            more = f"--population {world_size * math.ceil(size / world_size)}"
         raise ValueError(
             f"--population: {size} members do not split evenly over {world_size} processes "
             f"(each process trains the same number of members): train a multiple of "
-            f"{world_size} members (e.g. --population {world_size * math.ceil(size / world_size)}"
-            f" or more --population-seeds) or run on {fits[-1]} process(es) (--devices)"
+            f"{world_size} members (e.g. {more}) or run on {fits} process(es) (--devices)"
         )
     per_rank = size // world_size
     first = rank * per_rank
