@@ -35,7 +35,7 @@ FLAGS = [
 SWEEP = ["--sweep", "lr=1e-3,3e-4", "--sweep", "entropy_coef=0.0,0.01"]
 
 
-def test_ranks_take_contiguous_blocks_and_an_uneven_split_is_refused():
+def test_ranks_take_contiguous_blocks_and_an_uneven_split_is_refused(tmp_path):
     cfg = parse_config(config_class("ppo"), ["--population", "4"], presets={})
     members = cfg.population_members()
     assert rank_members(cfg) == (0, members)
@@ -48,6 +48,11 @@ def test_ranks_take_contiguous_blocks_and_an_uneven_split_is_refused():
     grid = parse_config(config_class("ppo"), ["--sweep", "lr=1e-3,3e-4,1e-4"], presets={})
     with pytest.raises(ValueError, match=r"--population-seeds 4\) or run on 3 process"):
         rank_members(grid, 0, 4)
+    # the engine refuses it before any rank starts (no process launched, nothing written)
+    ddp = ["--accelerator", "cpu", "--devices", "2", "--strategy", "ddp", "--progress", "false"]
+    with pytest.raises(ValueError, match="3 members do not split evenly over 2 processes"):
+        ppo.main([*ddp, "--population", "3", "--run-dir", str(tmp_path / "odd")])
+    assert not (tmp_path / "odd").exists()
 
 
 def _members(run_dir, ranks: int, name: str = "last.pt") -> dict[str, dict]:

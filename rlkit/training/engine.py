@@ -380,6 +380,11 @@ class Engine:
 
     def fit(self) -> dict[str, Any]:
         fabric = make_fabric(self.cfg)
+        if self.cfg.sweep or self.cfg.population > 1:
+            from rlkit.training.population import rank_members
+
+            # members that do not split evenly over the ranks: refused before any rank starts
+            rank_members(self.cfg, 0, fabric.world_size)
         if self.cfg.strategy in ("ddp_spawn", "ddp_fork", "ddp_notebook"):
             # these launchers start the ranks themselves and run a function in each; rank 0's
             # return value comes back here
