@@ -10,6 +10,7 @@ n-step tail) on the same stream.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from types import SimpleNamespace
 
@@ -372,10 +373,10 @@ def test_a_partly_filled_checkpoint_saves_only_written_slots():
 def test_bad_input_is_refused_with_the_fix():
     env = Scripted(LENGTHS, k=4)
     batch = env.batch(2)
-    with pytest.raises(TypeError, match="uint8.*--frame-replay false"):
-        FrameReplay(400, frame_stack=4).extend(
-            batch.clone().set(keys.OBSERVATION, batch[keys.OBSERVATION].float())
-        )
+    floats = batch.clone()
+    floats.set(keys.OBSERVATION, batch[keys.OBSERVATION].float())
+    with pytest.raises(ValueError, match="observation torch.float32 .* next observation torch.u"):
+        FrameReplay(400, frame_stack=4).extend(floats)
     with pytest.raises(ValueError, match=r"\[3, \.\.\.\] per step, got \[4, 2, 3\]"):
         FrameReplay(400, frame_stack=3).extend(batch)
     with pytest.raises(ValueError, match=r"\[N envs, T steps\]"):
@@ -388,6 +389,9 @@ def test_bad_input_is_refused_with_the_fix():
         replay.extend(batch[:2])
     with pytest.raises(ValueError, match="observations"):
         replay.extend(torch_crop(batch))
+    floats.set(keys.NEXT_OBSERVATION, batch[keys.NEXT_OBSERVATION].float())
+    with pytest.raises(TypeError, match="holds torch.uint8 observations.*keep pixels uint8"):
+        replay.extend(floats)
     with pytest.raises(ValueError, match="frame_stack"):  # not a frame stack of 4
         noise = batch.clone()
         noise[keys.OBSERVATION][:, :, 0] += 1
@@ -518,3 +522,36 @@ def test_the_flag_picks_the_buffer():
     float_batch = batch.clone().set(keys.OBSERVATION, batch[keys.OBSERVATION].float())
     _, _, learner = minatar_dqn("auto")
     assert type(learner._replay(context(), float_batch)) is Replay  # CartPole-like data
+
+
+def test_frame_replay_true_stores_cartpole_once_and_refuses_a_small_buffer():
+    """Any dtype: a float observation is one frame (frame_stack 1), stored once."""
+    from rlkit.algorithms import dqn
+    from rlkit.envs import make_env
+
+    cfg = dqn.DQNConfig(
+        num_envs=2, steps_per_batch=8, batch_size=8, buffer_size=200, learning_starts=16,
+        hidden=(16,), total_frames=1000, n_steps=2, frame_replay="true",
+    )  # fmt: skip
+    env = make_env(cfg.env, num_envs=2, seed=0)
+    learner = dqn.build(cfg, env)
+    stream = SimpleNamespace(cfg=cfg, nstep_tail=None)
+    ctx, rows = context(cfg.total_frames), []
+    from rlkit.data.collector import VectorEnvCollector
+
+    collector = VectorEnvCollector(env, learner.collect_policy(), frames_per_batch=16)
+    torch.manual_seed(0)
+    for _, part in zip(range(5), collector, strict=False):
+        metrics = learner.update(part, ctx)
+        rows.append(OffPolicyLearner.transitions(stream, part).reshape(2, -1))
+    collector.shutdown()
+    assert isinstance(learner.replay, FrameReplay) and metrics["gradient_steps"] > 0
+    assert learner.replay.frames.dtype == torch.float32
+    expected = torch.cat(rows, dim=1)
+    got = first_per_env(learner.replay, expected.shape[1])
+    for key in expected.keys(True, True):
+        assert torch.equal(got[key], expected[key]), key
+    small = dataclasses.replace(cfg, buffer_size=39)
+    with pytest.raises(ValueError, match="raise it to at least 40, or pass --frame-replay false"):
+        dqn.build(small, env)
+    dqn.build(dataclasses.replace(small, frame_replay="auto"), env)  # CartPole: ordinary replay

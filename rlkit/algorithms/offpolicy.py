@@ -114,6 +114,7 @@ class OffPolicyLearner(Learner):
         self.credit = 0.0  # fractional gradient steps carried to the next batch
         self.gradient_steps = 0
         self.nstep_tail: TensorDictBase | None = None  # [N, < n] steps awaiting their window
+        self._check_frame_replay()
 
     # ---------------------------------------------------------------- Learner interface
     def modules(self) -> dict[str, nn.Module]:
@@ -178,11 +179,9 @@ class OffPolicyLearner(Learner):
         if self.replay is None:
             cfg = self.cfg
             if self._use_frame_replay(batch):
-                from rlkit.envs.suites import ATARI_FRAME_STACK, suite_of
-
                 self.replay = FrameReplay(
                     cfg.buffer_size,
-                    frame_stack=ATARI_FRAME_STACK if suite_of(cfg.env) == "ALE" else 1,
+                    frame_stack=self._frame_stack(),
                     n_steps=cfg.n_steps,
                     gamma=cfg.gamma,
                     device=ctx.device,
@@ -200,6 +199,32 @@ class OffPolicyLearner(Learner):
                 self.replay.load_state_dict(self._pending_buffer)
                 self._pending_buffer = None
         return self.replay
+
+    def _frame_stack(self) -> int:
+        """Frames stacked along dim 0 of an observation: the ALE suite's 4, else 1 (a whole
+        observation is one frame: exact for any env)."""
+        from rlkit.envs.suites import ATARI_FRAME_STACK, suite_of
+
+        return ATARI_FRAME_STACK if suite_of(self.cfg.env) == "ALE" else 1
+
+    def _check_frame_replay(self) -> None:
+        """Refuse, before the run starts, a --buffer-size too small for a frame replay that
+        --frame-replay true (or auto on a pixel suite) will build."""
+        from rlkit.envs.suites import suite_of
+
+        cfg = self.cfg
+        pixels = suite_of(cfg.env) is not None and not cfg.prioritized
+        if cfg.frame_replay == "false" or (cfg.frame_replay == "auto" and not pixels):
+            return
+        least = FrameReplay.least_capacity(
+            cfg.num_envs, cfg.steps_per_batch, frame_stack=self._frame_stack(), n_steps=cfg.n_steps
+        )
+        if cfg.buffer_size < least:
+            raise ValueError(
+                f"--buffer-size {cfg.buffer_size} is too small for the frame replay's batches "
+                f"of {cfg.num_envs} envs x {cfg.steps_per_batch} steps: raise it to at least "
+                f"{least}, or pass --frame-replay false"
+            )
 
     def _use_frame_replay(self, batch: TensorDictBase | None) -> bool:
         mode = self.cfg.frame_replay
@@ -281,6 +306,8 @@ class OffPolicyLearner(Learner):
         self.batches += 1
         stats = MeanMetrics()
         start = math.ceil(cfg.learning_starts / ctx.world_size)
+        if isinstance(replay, FrameReplay) and replay.full:  # final slots take room too
+            start = 0
         if len(replay) >= max(start, cfg.batch_size):
             self.credit += cfg.utd_ratio * batch.numel()
             steps = int(self.credit)

@@ -25,7 +25,10 @@ gymnasium's ``FrameStackObservation(padding_type="reset")`` (after a reset the s
 reset frame ``k`` times). An episode whose first observation is not padded that way (another
 padding, or a stream that starts mid-episode, e.g. after a resume without the buffer) gets its
 ``k - 1`` older frames written before its first step, so it is read back exactly too. With
-``k = 1`` (MinAtar) the observation is the frame: still half the memory of ``Replay``.
+``k = 1`` (MinAtar) the observation is the frame: still half the memory of ``Replay``. Any
+dtype works the same way (a float vector observation is stored once instead of twice); the
+off-policy learners pick this buffer by themselves for ``uint8`` images only
+(``--frame-replay auto``).
 
 :meth:`FrameReplay.extend` reads every observation it was given back from the storage and
 refuses (``ValueError``) a batch it would not reproduce exactly: observations that are not a
@@ -70,7 +73,7 @@ _META = ("is_step", "start", *_STEP_KEYS)
 
 
 class FrameReplay:
-    """Uniform replay of ``uint8`` frames, each stored once (see the module docstring).
+    """Uniform replay that stores each frame once (see the module docstring).
 
     Args:
         capacity: slots in all (steps, plus one final slot per episode end, plus ``k - 1``
@@ -122,7 +125,7 @@ class FrameReplay:
         self.num_envs: int | None = None
         self.size = 0  # slots per env
         self.observation_shape: tuple[int, ...] | None = None
-        self.frames: torch.Tensor | None = None  # [N, size, *frame] uint8 on device
+        self.frames: torch.Tensor | None = None  # [N, size, *frame] on device
         self.meta: dict[str, torch.Tensor] = {}  # [N, size, ...] on the CPU
         self.head = torch.zeros(0, dtype=torch.long)  # [N] next position to write
         self.open = torch.zeros(0, dtype=torch.bool)  # [N] position head - 1 awaits its step
@@ -141,18 +144,18 @@ class FrameReplay:
                 "(frame_stack=1 for an unstacked observation)"
             )
         size = self.capacity // num
-        least = batch.batch_size[1] * (k + 1) + self.n_steps + k + 1
-        if size < least:
+        least = self.least_capacity(num, batch.batch_size[1], frame_stack=k, n_steps=self.n_steps)
+        if self.capacity < least:
             raise ValueError(
                 f"FrameReplay: capacity {self.capacity} gives {size} slots to each of {num} "
-                f"envs, fewer than the {least} that batches of {batch.batch_size[1]} steps "
-                f"need: raise the capacity (--buffer-size) to at least {least * num}"
+                f"envs, fewer than batches of {batch.batch_size[1]} steps need: raise the "
+                f"capacity (--buffer-size) to at least {least}"
             )
         frame = shape[1:] if k > 1 else shape
         self.num_envs, self.size, self.observation_shape = num, size, shape
         # torch.empty: a 1M-slot Atari buffer reserves 7 GB without touching it; only slots
         # written are ever read
-        self.frames = torch.empty((num, size, *frame), dtype=torch.uint8, device=self.device)
+        self.frames = torch.empty((num, size, *frame), dtype=obs.dtype, device=self.device)
         self.meta = {"is_step": torch.zeros(num, size, dtype=torch.bool)}
         self.meta["start"] = torch.zeros(num, size, dtype=torch.long)
         for name, key in _STEP_KEYS.items():
@@ -161,6 +164,18 @@ class FrameReplay:
         self.head = torch.zeros(num, dtype=torch.long)
         self.open = torch.zeros(num, dtype=torch.bool)
         self.episode_start = torch.zeros(num, dtype=torch.long)
+
+    @staticmethod
+    def least_capacity(num_envs: int, steps: int, *, frame_stack: int, n_steps: int) -> int:
+        """The smallest capacity for batches of ``num_envs x steps``: one batch's slots
+        (each step at most ``k + 1``: itself, a final slot and ``k - 1`` frames before it)
+        plus a window of ``n`` steps and ``k`` frames, per env."""
+        return num_envs * (steps * (frame_stack + 1) + n_steps + frame_stack + 1)
+
+    @property
+    def full(self) -> bool:
+        """Every env's ring has wrapped: the buffer holds as many steps as it ever will."""
+        return self.frames is not None and bool((self.head >= self.size).all())
 
     def nbytes(self) -> int:
         """Bytes held by the buffer's tensors (allocated, whether touched or not)."""
@@ -177,19 +192,11 @@ class FrameReplay:
                    if k not in batch.keys(include_nested=True)]  # fmt: skip
         if missing:
             raise KeyError(f"FrameReplay.extend: the batch lacks {missing} (the collector's keys)")
-        for key in (keys.OBSERVATION, keys.NEXT_OBSERVATION):
-            value = batch.get(key)
-            if value.dtype != torch.uint8:
-                raise TypeError(
-                    f"FrameReplay stores uint8 frames, but {key!r} is {value.dtype}: keep "
-                    "pixels uint8 from the env (scale them in the encoder), or use the "
-                    "ordinary replay (--frame-replay false)"
-                )
         obs, nxt = batch.get(keys.OBSERVATION), batch.get(keys.NEXT_OBSERVATION)
-        if obs.shape != nxt.shape:
+        if obs.shape != nxt.shape or obs.dtype != nxt.dtype:
             raise ValueError(
-                f"FrameReplay: observation {list(obs.shape)} and next observation "
-                f"{list(nxt.shape)} differ in shape"
+                f"FrameReplay: observation {obs.dtype} {list(obs.shape)} and next observation "
+                f"{nxt.dtype} {list(nxt.shape)} differ"
             )
         if self.num_envs is not None:
             if batch.batch_size[0] != self.num_envs:
@@ -201,6 +208,12 @@ class FrameReplay:
                 raise ValueError(
                     f"FrameReplay holds observations {list(self.observation_shape)}, this "
                     f"batch has {list(obs.shape[2:])}"
+                )
+            if obs.dtype != self.frames.dtype:
+                raise TypeError(
+                    f"FrameReplay holds {self.frames.dtype} observations, this batch has "
+                    f"{obs.dtype}: keep pixels uint8 from the env to the network (scale them "
+                    "in the encoder)"
                 )
 
     # ------------------------------------------------------------------ writing
@@ -290,7 +303,7 @@ class FrameReplay:
         for key, at in ((keys.OBSERVATION, pos), (keys.NEXT_OBSERVATION, pos + 1)):
             stored = self._stack(env.reshape(-1), at.reshape(-1), start.reshape(-1))
             given = batch.get(key).to(self.device)
-            if not torch.equal(stored.reshape(given.shape), given):
+            if not _bitwise_equal(stored.reshape(given.shape), given):
                 raise ValueError(
                     f"FrameReplay cannot store these observations exactly: {key!r} read back "
                     f"from the stored frames differs from the batch's. With frame_stack="
@@ -463,7 +476,7 @@ class FrameReplay:
             return
         frames, meta = state["frames"], state["meta"]
         num, used = frames.shape[:2]
-        obs = torch.zeros((num, 1, *state["observation_shape"]), dtype=torch.uint8)
+        obs = torch.zeros((num, 1, *state["observation_shape"]), dtype=frames.dtype)
         like = TensorDict({keys.OBSERVATION: obs}, [num, 1])
         for name, key in _STEP_KEYS.items():
             like.set(key, meta[name][:, :1])
@@ -473,3 +486,11 @@ class FrameReplay:
             self.meta[name][:, :used] = meta[name]
         for name in ("head", "open", "episode_start"):
             setattr(self, name, state[name].clone())
+
+
+def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal bit for bit (NaN observations included)."""
+    if a.is_floating_point():
+        ints = {8: torch.int64, 4: torch.int32, 2: torch.int16}[a.element_size()]
+        a, b = a.view(ints), b.view(ints)
+    return torch.equal(a, b)
