@@ -232,25 +232,24 @@ class FrameReplay:
         if steps + 2 > self.size:
             raise ValueError(f"FrameReplay: a batch of {steps} steps overfills its ring")
         done = batch.get(keys.DONE).reshape(num, steps)
-        padded = self._reset_padded(obs)
-        pos, start, prefix = self._positions(done.tolist(), padded.tolist())
+        pos, start, prefix = self._positions(done.tolist(), lambda e, t: self._padded(obs[e, t]))
         size, k = self.size, self.frame_stack
         env = torch.arange(num)[:, None].expand(num, steps)
         # the next observation's frame at p + 1 (the final slot after a done step), then
         # older frames before an episode start that is not reset-padded, then the steps
         after = (pos + 1) % size
-        self.frames[env, after] = self._newest(nxt).to(self.device)
+        self._write_frames(env, after, self._newest(nxt))
         self.meta["is_step"][env, after] = False
         self.meta["start"][env, after] = start
         if prefix.any():
             e, t = prefix.nonzero(as_tuple=True)
             for j in range(k - 1):
                 slot = (pos[e, t] - (k - 1) + j) % size
-                self.frames[e, slot] = obs[e, t, j].to(self.device)
+                self._write_frames(e, slot, obs[e, t, j])
                 self.meta["is_step"][e, slot] = False
                 self.meta["start"][e, slot] = start[e, t]
         here = pos % size
-        self.frames[env, here] = self._newest(obs).to(self.device)
+        self._write_frames(env, here, self._newest(obs))
         self.meta["is_step"][env, here] = True
         self.meta["start"][env, here] = start
         for name, key in _STEP_KEYS.items():
@@ -261,14 +260,33 @@ class FrameReplay:
     def _newest(self, obs: torch.Tensor) -> torch.Tensor:
         return obs[:, :, -1] if self.frame_stack > 1 else obs
 
-    def _reset_padded(self, obs: torch.Tensor) -> torch.Tensor:
-        """``[N, T]``: the stack is its newest frame ``k`` times (how an episode starts)."""
-        if self.frame_stack == 1:
-            return torch.ones(obs.shape[:2], dtype=torch.bool)
-        same = obs[:, :, :-1] == obs[:, :, -1:]
-        return same.reshape(*obs.shape[:2], -1).all(-1)
+    def _padded(self, obs: torch.Tensor) -> bool:
+        """The stack is its newest frame ``k`` times (how a reset-padded episode starts)."""
+        return self.frame_stack == 1 or bool((obs[:-1] == obs[-1:]).all())
 
-    def _positions(self, done: list, padded: list):
+    def _rows(self, env: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+        """Row indices of ``(env, slot)`` in the frames viewed as ``[N * size, frame]``."""
+        return (env * self.size + slot).reshape(-1).to(self.device)
+
+    def _as_rows(self, frames: torch.Tensor) -> torch.Tensor:
+        """Frames as ``[count, words]`` of the widest integer dividing a frame's bytes:
+        index_select / index_copy_ of whole rows, measured 4x faster as int64 than as uint8
+        (and 6x faster than advanced indexing of ``[N, size, *frame]``) on CPU here."""
+        row = self.frames[0, 0].numel() * self.frames.element_size()
+        wide = next(d for d in (torch.int64, torch.int32, torch.int16, torch.uint8)
+                    if row % d.itemsize == 0)  # fmt: skip
+        data = frames.contiguous()
+        count = data.numel() // self.frames[0, 0].numel()
+        return data.view(-1).view(torch.uint8).view(count, row).view(wide)
+
+    def _from_rows(self, rows: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+        return rows.view(torch.uint8).view(self.frames.dtype).view(shape)
+
+    def _write_frames(self, env: torch.Tensor, slot: torch.Tensor, frames: torch.Tensor):
+        source = self._as_rows(frames.to(self.device))
+        self._as_rows(self.frames).index_copy_(0, self._rows(env.expand_as(slot), slot), source)
+
+    def _positions(self, done: list, padded):
         """Positions ``[N, T]`` of the steps, their episodes' starts, and which steps start
         an episode with ``k - 1`` older frames written before them; advances the cursors."""
         k = self.frame_stack
@@ -285,7 +303,7 @@ class FrameReplay:
                     if not first:
                         p += 2  # past the final slot of the episode that just ended
                     ep = p
-                    if not padded[e][t]:
+                    if not padded(e, t):
                         prefix[e][t] = True
                         p += k - 1
                 elif t:
@@ -318,12 +336,15 @@ class FrameReplay:
     # ------------------------------------------------------------------ reading
     def _stack(self, env: torch.Tensor, at: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
         """Observations ``[B, *obs]`` whose newest frame is at positions ``at``."""
-        k = self.frame_stack
+        k, frame = self.frame_stack, tuple(self.frames.shape[2:])
+        flat = self._as_rows(self.frames)
         if k == 1:
-            return self.frames[env.to(self.device), (at % self.size).to(self.device)]
+            rows = flat.index_select(0, self._rows(env, at % self.size))
+            return self._from_rows(rows, (len(at), *frame))
         offsets = torch.arange(-(k - 1), 1)
         where = torch.maximum(at[:, None] + offsets, start[:, None]) % self.size
-        return self.frames[env[:, None].to(self.device), where.to(self.device)]
+        rows = flat.index_select(0, self._rows(env[:, None].expand_as(where), where))
+        return self._from_rows(rows, (len(at), k, *frame))
 
     def _window(self, env: torch.Tensor, pos: torch.Tensor):
         """For steps ``(env, pos)``: whether sampleable, and the n-step length ``m``,
@@ -490,7 +511,11 @@ class FrameReplay:
 
 def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Equal bit for bit (NaN observations included)."""
-    if a.is_floating_point():
-        ints = {8: torch.int64, 4: torch.int32, 2: torch.int16}[a.element_size()]
-        a, b = a.view(ints), b.view(ints)
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    # as bytes, then 8 at a time where they divide: torch.equal on floats calls NaN unequal,
+    # and on uint8 it is 8x slower than on the same bytes as int64 here
+    a, b = a.contiguous().view(-1).view(torch.uint8), b.contiguous().view(-1).view(torch.uint8)
+    if a.numel() % 8 == 0:
+        a, b = a.view(torch.int64), b.view(torch.int64)
     return torch.equal(a, b)
