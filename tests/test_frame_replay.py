@@ -555,3 +555,29 @@ def test_frame_replay_true_stores_cartpole_once_and_refuses_a_small_buffer():
     with pytest.raises(ValueError, match="raise it to at least 40, or pass --frame-replay false"):
         dqn.build(small, env)
     dqn.build(dataclasses.replace(small, frame_replay="auto"), env)  # CartPole: ordinary replay
+
+
+def test_learning_starts_once_the_rings_are_full():
+    """Final slots take room, so a frame replay may never hold --learning-starts transitions
+    when that is close to --buffer-size: learning starts once every ring is full."""
+    from rlkit.algorithms import dqn
+    from rlkit.data.collector import VectorEnvCollector
+    from rlkit.envs import make_env
+
+    cfg = dqn.DQNConfig(
+        num_envs=2, steps_per_batch=8, batch_size=8, buffer_size=100, learning_starts=100,
+        hidden=(16,), total_frames=1000, frame_replay="true",
+    )  # fmt: skip
+    env = make_env(cfg.env, num_envs=2, seed=0)
+    learner = dqn.build(cfg, env)
+    collector = VectorEnvCollector(env, learner.collect_policy(), frames_per_batch=16)
+    ctx, started = context(cfg.total_frames), None
+    torch.manual_seed(0)
+    for i, batch in zip(range(12), collector, strict=False):
+        metrics = learner.update(batch, ctx)
+        if started is None and metrics["gradient_steps"] > 0:
+            started = i
+    collector.shutdown()
+    replay = learner.replay
+    assert replay.full and len(replay) < cfg.learning_starts  # episodes ended: final slots
+    assert started is not None and started <= 100 // 16 + 1

@@ -449,14 +449,16 @@ class FrameReplay:
         return int(self.meta["is_step"].sum()) - int(stale.sum())
 
     def minibatches(self, steps: int, batch_size: int) -> Iterator[TensorDictBase]:
-        """``steps`` minibatches of ``batch_size`` transitions, drawn at once (uniform with
-        replacement, as :class:`~rlkit.data.replay.Replay`)."""
+        """``steps`` minibatches of ``batch_size`` transitions, their steps drawn at once
+        (uniform with replacement, as :class:`~rlkit.data.replay.Replay`)."""
         if steps <= 0:
             return
         if not len(self):
             raise ValueError("FrameReplay: nothing to sample yet (no complete window stored)")
         env, pos = self._draw(steps * batch_size)
-        yield from self.transitions_at(env, pos).split(batch_size)
+        # built one minibatch at a time: 1,000 Atari minibatches of 32 at once would be 1.8 GB
+        for e, p in zip(env.split(batch_size), pos.split(batch_size), strict=True):
+            yield self.transitions_at(e, p)
 
     # ------------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict[str, Any]:
