@@ -45,10 +45,12 @@ class Scripted:
     last ``k`` frames (``[k, 2, 3]``; ``[2, 3]`` for ``k = 1``) padded with the reset frame
     (gymnasium's padding "reset") or zeros."""
 
-    def __init__(self, lengths, *, k: int, padding: str = "reset", skip: int = 0) -> None:
+    def __init__(
+        self, lengths, *, k: int, padding: str = "reset", skip: int = 0, first_id: int = 0
+    ) -> None:
         self.lengths, self.k, self.padding = lengths, k, padding
         self.num = len(lengths)
-        self.ids = [0] * self.num
+        self.ids = [first_id] * self.num
         self.episode = [0] * self.num
         self.t = [0] * self.num
         self.stack = [self._reset(e) for e in range(self.num)]
@@ -581,3 +583,35 @@ def test_learning_starts_once_the_rings_are_full():
     replay = learner.replay
     assert replay.full and len(replay) < cfg.learning_starts  # episodes ended: final slots
     assert started is not None and started <= 100 // 16 + 1
+
+
+def test_a_resumed_run_whose_envs_restart_truncates_the_stored_streams():
+    """A resume's envs start afresh: the first batch after load_state_dict does not continue
+    the stored stream, so each env's last stored step is cut as a truncation (done, not
+    terminated) and the new stream starts an episode; everything stays textbook-exact."""
+    old = Scripted(LENGTHS, k=4)
+    replay = FrameReplay(4 * 200, frame_stack=4, n_steps=3, gamma=GAMMA)
+    for steps in (3, 4):
+        replay.extend(old.batch(steps))
+    restored = FrameReplay(4 * 200, frame_stack=4, n_steps=3, gamma=GAMMA)
+    restored.load_state_dict(replay.state_dict())
+    new = Scripted(LENGTHS, k=4, first_id=10_000)
+    restored.extend(new.batch(5))
+    for e in range(old.num):  # what the learner saw: the old episodes end truncated
+        last = old.steps[e][-1]
+        last["done"] = True
+    torch.manual_seed(6)
+    sample = torch.cat(list(restored.minibatches(8, 64)))
+    ids = [decode(o[-1])[1] for o in sample[keys.OBSERVATION]]
+    assert_matches_textbook(old, sample[torch.tensor([i < 10_000 for i in ids])], 3)
+    assert_matches_textbook(new, sample[torch.tensor([i >= 10_000 for i in ids])], 3)
+    stored = set()
+    for o in restored.transitions_at(*restored.sampleable())[keys.OBSERVATION]:
+        e, ident = decode(o[-1])
+        env = new if ident >= 10_000 else old
+        stored.add((env is new, e, env.index()[(e, ident)]))
+    expected = {(False, *step) for step in available(old, 3)}
+    assert stored == expected | {(True, *step) for step in available(new, 3)}
+    with pytest.raises(ValueError, match="continue the previous one"):  # only once
+        new.batch(1)
+        restored.extend(new.batch(2))

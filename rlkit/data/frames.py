@@ -32,7 +32,10 @@ off-policy learners pick this buffer by themselves for ``uint8`` images only
 
 :meth:`FrameReplay.extend` reads every observation it was given back from the storage and
 refuses (``ValueError``) a batch it would not reproduce exactly: observations that are not a
-frame stack, or batches that do not continue each other.
+frame stack, or batches that do not continue each other. The one allowed break is the first
+batch after :meth:`FrameReplay.load_state_dict` (a resumed run's envs start afresh): an env
+whose stream does not continue ends its last stored step as truncated (done, not
+terminated), so its windows stop there and bootstrap from the next observation it had.
 
 Sampling is uniform with replacement over the sampleable steps (rejection from all
 positions, ``torch.randint`` on the default generator, so ``torch.manual_seed`` seeds it). A
@@ -130,6 +133,7 @@ class FrameReplay:
         self.head = torch.zeros(0, dtype=torch.long)  # [N] next position to write
         self.open = torch.zeros(0, dtype=torch.bool)  # [N] position head - 1 awaits its step
         self.episode_start = torch.zeros(0, dtype=torch.long)  # [N] open episode's start
+        self._resumed = False  # loaded from a checkpoint, no batch since
 
     # ------------------------------------------------------------------ storage
     def _allocate(self, batch: TensorDictBase) -> None:
@@ -231,6 +235,9 @@ class FrameReplay:
         num, steps = batch.batch_size
         if steps + 2 > self.size:
             raise ValueError(f"FrameReplay: a batch of {steps} steps overfills its ring")
+        if self._resumed:
+            self._resumed = False
+            self._cut_discontinued(obs)
         done = batch.get(keys.DONE).reshape(num, steps)
         pos, start, prefix = self._positions(done.tolist(), lambda e, t: self._padded(obs[e, t]))
         size, k = self.size, self.frame_stack
@@ -256,6 +263,18 @@ class FrameReplay:
             self.meta[name][env, here] = batch.get(key)
         if self.check:
             self._check_readback(batch, pos, start)
+
+    def _cut_discontinued(self, obs: torch.Tensor) -> None:
+        """The first batch after :meth:`load_state_dict`: an env whose observation does not
+        continue its stored stream (a resumed run's envs start afresh) ends its last stored
+        step as truncated (done, not terminated): its windows stop there and bootstrap from
+        the next observation it had."""
+        for e in self.open.nonzero().flatten().tolist():
+            head = self.head[e : e + 1]
+            stored = self._stack(torch.tensor([e]), head - 1, self.episode_start[e : e + 1])
+            if not _bitwise_equal(stored[0], obs[e, 0].to(self.device)):
+                self.meta["done"][e, (int(head) - 2) % self.size] = True
+                self.open[e] = False
 
     def _newest(self, obs: torch.Tensor) -> torch.Tensor:
         return obs[:, :, -1] if self.frame_stack > 1 else obs
@@ -509,6 +528,7 @@ class FrameReplay:
             self.meta[name][:, :used] = meta[name]
         for name in ("head", "open", "episode_start"):
             setattr(self, name, state[name].clone())
+        self._resumed = True
 
 
 def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
