@@ -3,7 +3,7 @@ r"""A replay buffer for ``uint8`` pixel observations that stores each frame once
 Why a hand-written storage: :class:`~rlkit.data.replay.Replay` (TorchRL's
 ``LazyTensorStorage``) keeps ``observation`` and ``("next", "observation")`` in full in every
 row. For Atari (``uint8 [4, 84, 84]``) that is 56,448 B of observations per transition
-(measured in ``tests/test_frame_replay.py``: 56,470 B per row with the action, reward and
+(measured by ``benchmarks/bench_replay_memory.py``: 56,469 B per row with the action, reward and
 flags), 56 GB for a 1M-transition DQN buffer. Each step brings one new 84x84 frame (7,056 B),
 so :class:`FrameReplay` keeps one ring of raw steps per env and stores only the newest frame
 of each observation: 7.06 GB of frames for 1M steps, plus 23 B of action, reward, flags and
