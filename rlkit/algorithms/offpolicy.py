@@ -14,11 +14,14 @@ The loop the engine runs, per collected batch of ``num_envs x steps_per_batch`` 
                  exponential decay) for DQN, the stochastic policy for SAC
 
 Buffers are TorchRL ``TensorDictReplayBuffer`` s (``LazyTensorStorage`` with
-``RandomSampler`` or ``PrioritizedSampler``), one per rank, each filled by its own rank's
-collector; gradients are all-reduced by the engine, so every rank makes the same number of
-gradient steps and parameters stay identical. With ``--save-buffer`` (default on) the
-checkpoint holds the buffer's filled rows, write cursor and raw priorities, so a resumed run
-samples from the same data instead of refilling it.
+``RandomSampler`` or ``PrioritizedSampler``), or, for ``uint8`` image observations
+(``--frame-replay auto|true``), a :class:`~rlkit.data.frames.FrameReplay` that stores
+each frame once and builds the (n-step) transitions when sampling; one per rank, each filled
+by its own rank's collector; gradients are all-reduced by the engine, so every rank makes the
+same number of gradient steps and parameters stay identical. With ``--save-buffer`` (default
+on) the checkpoint holds the buffer's filled rows, write cursor and raw priorities (a frame
+replay: its rings and cursors), so a resumed run samples from the same data instead of
+refilling it.
 
 Uniform sampling draws all of a batch's minibatches at once: uniform indices with
 replacement, as TorchRL's ``RandomSampler``, read from the storage in one call (the buffer does
@@ -53,6 +56,8 @@ from rlkit import keys
 
 # the config is torch-free (rlkit.configs.offpolicy); imported here under its old name
 from rlkit.configs.offpolicy import PRIORITY_WEIGHT_NORMS, OffPolicyConfig  # noqa: F401
+from rlkit.data.frames import FORMAT as FRAME_REPLAY_FORMAT
+from rlkit.data.frames import FrameReplay
 from rlkit.data.replay import NSTEP_READ, STORED, Replay
 from rlkit.modules.policies import EpsilonExploration
 from rlkit.objectives.dqn import TD_ERROR, nstep_transitions
@@ -102,13 +107,14 @@ class OffPolicyLearner(Learner):
             policy, action_spec, epsilon=self.exploration_epsilon(0, 0)
         )
         self._eval_policy = eval_policy
-        self.replay: Replay | None = None
+        self.replay: Replay | FrameReplay | None = None
         self._pending_buffer: Mapping[str, Any] | None = None
         self.frames = 0  # all ranks' frames collected so far (the engine's count)
         self.batches = 0
         self.credit = 0.0  # fractional gradient steps carried to the next batch
         self.gradient_steps = 0
         self.nstep_tail: TensorDictBase | None = None  # [N, < n] steps awaiting their window
+        self._check_frame_replay()
 
     # ---------------------------------------------------------------- Learner interface
     def modules(self) -> dict[str, nn.Module]:
@@ -166,21 +172,70 @@ class OffPolicyLearner(Learner):
         raise NotImplementedError
 
     # ---------------------------------------------------------------- the update
-    def _replay(self, ctx: Context) -> Replay:
+    def _replay(self, ctx: Context, batch: TensorDictBase | None = None) -> Replay | FrameReplay:
+        """The rank's buffer, built on first use: a :class:`FrameReplay` with
+        ``--frame-replay true``, or ``auto`` when ``batch`` holds ``uint8`` images and replay
+        is uniform; else a :class:`Replay`. A pending checkpoint's buffer is loaded into it."""
         if self.replay is None:
             cfg = self.cfg
-            self.replay = Replay(
-                cfg.buffer_size,
-                prioritized=cfg.prioritized,
-                alpha=cfg.priority_alpha,
-                beta=cfg.priority_beta,
-                eps=cfg.priority_eps,
-                device=ctx.device,
-            )
+            if self._use_frame_replay(batch):
+                self.replay = FrameReplay(
+                    cfg.buffer_size,
+                    frame_stack=self._frame_stack(),
+                    n_steps=cfg.n_steps,
+                    gamma=cfg.gamma,
+                    device=ctx.device,
+                )
+            else:
+                self.replay = Replay(
+                    cfg.buffer_size,
+                    prioritized=cfg.prioritized,
+                    alpha=cfg.priority_alpha,
+                    beta=cfg.priority_beta,
+                    eps=cfg.priority_eps,
+                    device=ctx.device,
+                )
             if self._pending_buffer is not None:
                 self.replay.load_state_dict(self._pending_buffer)
                 self._pending_buffer = None
         return self.replay
+
+    def _frame_stack(self) -> int:
+        """Frames stacked along dim 0 of an observation: the ALE suite's 4, else 1 (a whole
+        observation is one frame: exact for any env)."""
+        from rlkit.envs.suites import ATARI_FRAME_STACK, suite_of
+
+        return ATARI_FRAME_STACK if suite_of(self.cfg.env) == "ALE" else 1
+
+    def _check_frame_replay(self) -> None:
+        """Refuse, before the run starts, a --buffer-size too small for a frame replay that
+        --frame-replay true (or auto on a pixel suite) will build."""
+        from rlkit.envs.suites import suite_of
+
+        cfg = self.cfg
+        pixels = suite_of(cfg.env) is not None and not cfg.prioritized
+        if cfg.frame_replay == "false" or (cfg.frame_replay == "auto" and not pixels):
+            return
+        least = FrameReplay.least_capacity(
+            cfg.num_envs, cfg.steps_per_batch, frame_stack=self._frame_stack(), n_steps=cfg.n_steps
+        )
+        if cfg.buffer_size < least:
+            raise ValueError(
+                f"--buffer-size {cfg.buffer_size} is too small for the frame replay's batches "
+                f"of {cfg.num_envs} envs x {cfg.steps_per_batch} steps: raise it to at least "
+                f"{least}, or pass --frame-replay false"
+            )
+
+    def _use_frame_replay(self, batch: TensorDictBase | None) -> bool:
+        mode = self.cfg.frame_replay
+        pending = self._pending_buffer
+        if pending is not None and mode == "auto":  # resume into the checkpoint's kind
+            return pending.get("format") == FRAME_REPLAY_FORMAT
+        if mode != "auto" or batch is None:
+            return mode == "true"
+        obs = batch.get(keys.OBSERVATION)
+        image = obs.dtype == torch.uint8 and obs.dim() - batch.batch_dims >= 2
+        return image and not self.cfg.prioritized
 
     def transitions(self, batch: TensorDictBase) -> TensorDictBase:
         """``[N, T]`` collector batch -> stored transitions: ``[N * T]`` one-step ones, or,
@@ -240,14 +295,19 @@ class OffPolicyLearner(Learner):
 
     def update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
         cfg = self.cfg
-        replay = self._replay(ctx)
-        transitions = self.transitions(batch)
-        if transitions.shape[0]:  # (TensorDict.numel() is 1 for an empty batch)
-            replay.extend(transitions)
+        replay = self._replay(ctx, batch)
+        if isinstance(replay, FrameReplay):  # raw steps: it builds n-step windows itself
+            replay.extend(batch)
+        else:
+            transitions = self.transitions(batch)
+            if transitions.shape[0]:  # (TensorDict.numel() is 1 for an empty batch)
+                replay.extend(transitions)
         self.frames += batch.numel() * ctx.world_size
         self.batches += 1
         stats = MeanMetrics()
         start = math.ceil(cfg.learning_starts / ctx.world_size)
+        if isinstance(replay, FrameReplay) and replay.full:  # final slots take room too
+            start = 0
         if len(replay) >= max(start, cfg.batch_size):
             self.credit += cfg.utd_ratio * batch.numel()
             steps = int(self.credit)

@@ -141,6 +141,11 @@ class Replay:
         return torch.as_tensor(leaves).cpu().clone()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if "size" not in state and state.get("format") == "frame_replay":
+            raise ValueError(
+                "the checkpoint's replay buffer stores frames once (--frame-replay true); "
+                "resume with --frame-replay true (or auto)"
+            )
         n = int(state["size"])
         if n > self.capacity:
             raise ValueError(
