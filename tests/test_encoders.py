@@ -1,5 +1,5 @@
 """``--encoder`` / ``--feature-dim``: the encoder registry (rlkit.modules.make_encoder) and
-the flags of ppo, a2c, impala, appo and ppg.
+the flags of ppo, a2c, impala, appo and ppg (dqn, sac, daac and rnd: test_encoders_more.py).
 
 References are the papers' layer tables (Mnih et al. 2015; Espeholt et al. 2018; Young &
 Tian 2019) and forward passes written here with ``torch.nn.functional``, never the modules'
@@ -32,6 +32,8 @@ SMALL = (36, 36, 4)  # the smallest frame the Nature CNN takes: quick checks of 
 #: the papers' feature widths
 PAPER_FEATURES = {"nature": 512, "impala": 256, "minatar": 128}
 RECIPES = ("ppo", "a2c", "impala", "appo", "ppg")
+#: every recipe with --encoder (dqn, sac, daac, rnd: tests/test_encoders_more.py)
+ENCODER_RECIPES = (*RECIPES, "daac", "rnd", "dqn", "sac")
 
 
 class TinyPixels(gymnasium.Env):
@@ -215,7 +217,7 @@ def test_encoder_flags_are_listed_exactly_where_they_work(name):
 
     parser = build_parser(algorithms.config_class(name))
     flags = {s for a in parser._actions for s in a.option_strings}
-    expected = name in RECIPES
+    expected = name in ENCODER_RECIPES
     assert ("--encoder" in flags) is expected and ("--feature-dim" in flags) is expected
 
 

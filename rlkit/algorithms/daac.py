@@ -43,6 +43,8 @@ def build_daac_networks(cfg: DAACConfig, env) -> DAACNetworks:
         init_log_std=cfg.init_log_std,
         actor_hidden=cfg.actor_layers,
         critic_hidden=cfg.critic_layers,
+        encoder=cfg.encoder,
+        feature_dim=cfg.feature_dim,
     )
 
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from tensordict import TensorDictBase
 from torch import nn
 
+from rlkit import keys
 from rlkit.algorithms.offpolicy import (
     OffPolicyConfig,
     OffPolicyLearner,
@@ -29,7 +31,9 @@ from rlkit.configs.dqn import (  # noqa: F401 (the schedule's names re-exported)
     linear_epsilon,
 )
 from rlkit.modules import q_critic_discrete
+from rlkit.modules.builders import check_mlp_observation
 from rlkit.modules.critics import action_kind, observation_features
+from rlkit.modules.networks import make_encoder
 from rlkit.modules.policies import GreedyQPolicy
 from rlkit.objectives import DQNLoss
 from rlkit.objectives.dqn import TD_ERROR
@@ -54,7 +58,7 @@ class DQNLearner(OffPolicyLearner):
         self.loss, self.epsilon = loss, epsilon
         one_hot = isinstance(action_spec, OneHot)
         greedy = GreedyQPolicy(loss.q_network, one_hot=one_hot, dtype=action_spec.dtype)
-        self.optimizer = _adam(loss.q_network.parameters(), cfg)
+        self.optimizer = _optimizer(loss.q_network.parameters(), cfg)
         #: one group: the Q network's Adam on every ``loss_*`` term of the loss
         self.groups = [
             LossGroup("q", loss, self.optimizer, max_grad_norm=cfg.max_grad_norm or None)
@@ -83,6 +87,45 @@ class DQNLearner(OffPolicyLearner):
         return info | {TD_ERROR: self._output.td_error()}
 
 
+def _optimizer(params, cfg: OffPolicyConfig) -> torch.optim.Optimizer:
+    """``--optimizer``: Adam (``--adam-eps``), or the centered RMSprop of Mnih et al. (2015)
+    and MinAtar's dqn.py (squared-gradient momentum 0.95, gradient momentum 0.95, minimum
+    squared gradient 0.01, as torch's ``alpha``, ``momentum`` and ``eps``)."""
+    if getattr(cfg, "optimizer", "adam") == "rmsprop":
+        return torch.optim.RMSprop(
+            params, lr=cfg.lr, alpha=0.95, eps=0.01, momentum=0.95, centered=True
+        )
+    return _adam(params, cfg)
+
+
+def q_network(
+    env,
+    *,
+    hidden: tuple[int, ...],
+    activation: str,
+    encoder: str = "mlp",
+    feature_dim: int | None = None,
+    init: str = "orthogonal",
+) -> nn.Module:
+    """``Q(s, .)``: ``encoder`` (:func:`~rlkit.modules.networks.make_encoder`; ``mlp``: none)
+    -> ``hidden`` layers -> one output per action, reading ``keys.OBSERVATION`` and writing
+    ``keys.ACTION_VALUE``. ``init="torch"``: PyTorch's default initialisation of every linear
+    and conv layer (SB3's, CleanRL's and MinAtar's DQN) instead of the orthogonal one."""
+    info = action_kind(env.action_spec, batch_shape=tuple(env.batch_size))
+    if encoder == "mlp":
+        check_mlp_observation(env, feature_dim)  # images or --feature-dim: the error naming the fix
+        width, backbone = observation_features(env.observation_spec), None
+    else:
+        shape = tuple(env.observation_spec[keys.OBSERVATION].shape[len(env.batch_size) :])
+        backbone, width = make_encoder(encoder, shape, feature_dim=feature_dim)
+    q = q_critic_discrete(width, info.size, hidden=hidden, activation=activation, backbone=backbone)
+    if init == "torch":
+        for layer in q.modules():
+            if isinstance(layer, nn.Linear | nn.Conv2d):
+                layer.reset_parameters()
+    return q
+
+
 # 2-4. network, loss, learner ----------------------------------------------------------------
 def build(cfg: DQNConfig, env) -> DQNLearner:
     info = action_kind(env.action_spec, batch_shape=tuple(env.batch_size))
@@ -92,12 +135,14 @@ def build(cfg: DQNConfig, env) -> DQNLearner:
             f"(dimension {info.size}): Q(s, .) has one output per action. Use recipes/sac.py "
             "for continuous actions"
         )
-    width = observation_features(env.observation_spec)
-    q = q_critic_discrete(width, info.size, hidden=cfg.hidden, activation=cfg.activation)
-    if cfg.init == "torch":
-        for layer in q.modules():
-            if isinstance(layer, nn.Linear):
-                layer.reset_parameters()
+    q = q_network(
+        env,
+        hidden=cfg.hidden,
+        activation=cfg.activation,
+        encoder=cfg.encoder,
+        feature_dim=cfg.feature_dim,
+        init=cfg.init,
+    )
     loss = DQNLoss(
         q,
         gamma=cfg.gamma,

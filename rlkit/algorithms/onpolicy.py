@@ -474,7 +474,10 @@ def attach_intrinsic_from_config(learner: PolicyGradientLearner, cfg, env) -> No
     name = getattr(cfg, "intrinsic", "none")
     if name == "none":
         return
-    bonus = make_intrinsic(name, env, gamma_int=cfg.gamma_int)
+    image = {}
+    if getattr(cfg, "encoder", "mlp") != "mlp":  # the bonus's networks take the recipe's encoder
+        image = dict(encoder=cfg.encoder, encoder_dim=cfg.feature_dim)
+    bonus = make_intrinsic(name, env, gamma_int=cfg.gamma_int, **image)
     learner.attach_intrinsic(
         bonus,
         int_coef=cfg.int_coef,

@@ -46,7 +46,11 @@ __all__ = ["PRESETS", "RNDConfig", "build", "build_bonus", "main", "train"]
 def build_bonus(cfg: RNDConfig, env) -> RNDReward:
     """The RND intrinsic reward (:func:`~rlkit.objectives.intrinsic.make_intrinsic`) with a
     config's flags, one intrinsic return per env of ``env``; its critic is sized as the
-    recipe's (``--critic-hidden``, else ``--hidden``)."""
+    recipe's (``--critic-hidden``, else ``--hidden``). With an image ``--encoder`` the
+    target, the predictor and the intrinsic critic each get their own (``--feature-dim``)."""
+    image = {}
+    if cfg.encoder != "mlp":
+        image = dict(encoder=cfg.encoder, encoder_dim=cfg.feature_dim)
     return make_intrinsic(
         "rnd",
         env,
@@ -59,6 +63,7 @@ def build_bonus(cfg: RNDConfig, env) -> RNDReward:
         update_proportion=cfg.update_proportion,
         value_coef=cfg.value_coef,
         critic_hidden=tuple(cfg.critic_layers or cfg.hidden),
+        **image,
     )
 
 

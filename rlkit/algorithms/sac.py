@@ -12,6 +12,7 @@ from typing import Any
 from tensordict import TensorDictBase
 from torch import nn
 
+from rlkit import keys
 from rlkit.algorithms.offpolicy import (
     OffPolicyConfig,
     OffPolicyLearner,
@@ -23,7 +24,9 @@ from rlkit.algorithms.offpolicy import offpolicy_collector as make_collector
 from rlkit.configs import sac as _config
 from rlkit.configs.sac import PRESETS, SACConfig, check_sac_n_steps
 from rlkit.modules import make_actor, q_critic_continuous, q_critic_discrete
-from rlkit.modules.critics import action_kind, observation_features
+from rlkit.modules.builders import check_mlp_observation, obs_shape
+from rlkit.modules.critics import action_kind, make_q, observation_features
+from rlkit.modules.networks import make_encoder
 from rlkit.modules.policies import TanhActorPolicy
 from rlkit.objectives import DiscreteSACLoss, SACLoss
 from rlkit.objectives.dqn import TD_ERROR
@@ -127,18 +130,65 @@ def _check_sac_forward(loss: nn.Module) -> None:
 
 
 # 2-4. networks, loss, learner ---------------------------------------------------------------
-def build(cfg: SACConfig, env) -> SACLearner:
+def sac_networks(
+    env,
+    *,
+    hidden: tuple[int, ...],
+    activation: str,
+    encoder: str = "mlp",
+    feature_dim: int | None = None,
+) -> tuple[nn.Module, nn.Module, nn.Module]:
+    """``(actor, q1, q2)``: a tanh-Gaussian actor and twin ``Q(s, a)`` critics for continuous
+    actions, a categorical actor and twin ``Q(s, .)`` critics for discrete ones. ``encoder``
+    (:func:`~rlkit.modules.networks.make_encoder`): ``mlp``, or for discrete actions an image
+    encoder that each of the three networks gets its own of, before its ``hidden`` layers."""
     info = action_kind(env.action_spec, batch_shape=tuple(env.batch_size))
+    net = dict(hidden=hidden, activation=activation)
+    if encoder != "mlp":
+        if info.kind == "continuous":
+            raise ValueError(
+                f"--encoder {encoder}: SAC takes an image encoder for discrete actions only, "
+                f"and this env's actions are continuous (dimension {info.size}): use "
+                "--encoder mlp on vector observations, or recipes/ppo.py (or another "
+                "on-policy recipe) for pixels with continuous actions"
+            )
+        shape = obs_shape(env)
+        if shape is None:
+            raise ValueError(
+                f"--encoder {encoder} reads an image under {keys.OBSERVATION!r}, and this env's "
+                "observations have no such entry (a Dict observation space): use --encoder mlp"
+            )
+
+        def features() -> dict:
+            enc, width = make_encoder(encoder, shape, feature_dim=feature_dim)
+            return dict(backbone=enc, in_features=width)
+
+        actor = make_actor(env.observation_spec, env.action_spec, **features(), **net)
+        q1, q2 = (
+            make_q(env.observation_spec, env.action_spec, **features(), **net) for _ in range(2)
+        )
+        return actor, q1, q2
+    check_mlp_observation(env, feature_dim)
     width = observation_features(env.observation_spec)
-    net = dict(hidden=cfg.hidden, activation=cfg.activation)
     if info.kind == "continuous":
         actor = make_actor(env.observation_spec, env.action_spec, tanh=True, **net)
         q1, q2 = (q_critic_continuous(width, info.size, **net) for _ in range(2))
-        loss_class = SACLoss
     else:
         actor = make_actor(env.observation_spec, env.action_spec, **net)
         q1, q2 = (q_critic_discrete(width, info.size, **net) for _ in range(2))
-        loss_class = DiscreteSACLoss
+    return actor, q1, q2
+
+
+def build(cfg: SACConfig, env) -> SACLearner:
+    info = action_kind(env.action_spec, batch_shape=tuple(env.batch_size))
+    actor, q1, q2 = sac_networks(
+        env,
+        hidden=cfg.hidden,
+        activation=cfg.activation,
+        encoder=cfg.encoder,
+        feature_dim=cfg.feature_dim,
+    )
+    loss_class = SACLoss if info.kind == "continuous" else DiscreteSACLoss
     loss = loss_class(
         actor,
         q1,

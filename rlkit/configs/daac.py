@@ -2,6 +2,7 @@
 
     python recipes/daac.py                                 # CartPole-v1, built-in defaults
     python recipes/daac.py --env Pendulum-v1               # continuous actions (preset)
+    python recipes/daac.py --env MinAtar/Breakout-v1       # MinAtar network, PPO's settings
     python recipes/daac.py --adv-coef 0.05 --value-epochs 4 --value-freq 2
     python recipes/daac.py --accelerator cpu --devices 2 --strategy ddp
     python recipes/daac.py --help                          # every flag
@@ -9,7 +10,7 @@
 Algorithm box:
     1. config      DAACConfig (defaults, per-env preset, --config YAML, flags)
     2. networks    policy net (trunk -> pi head, trunk -> advantage head A(s, a)) and a
-                   separate value net V(s)
+                   separate value net V(s); trunk and value net each --encoder -> --hidden
     3. estimator   GAE(gamma, lambda) with V writes advantage and value_target; the
                    advantage is standardised once per batch (--advantage-norm)
     4. losses      policy: clipped surrogate - entropy + adv_coef (A(s, a) - A_GAE)^2;
@@ -24,7 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlkit.configs.encoders import EncoderConfig
 from rlkit.configs.onpolicy import ClipConfig, IntrinsicConfig
+from rlkit.configs.suites import ATARI_PPO, MINATAR_PPO
 from rlkit.training.config import non_negative, positive
 
 #: ``--advantage-target`` choices, the regression targets of the advantage head: the
@@ -40,7 +43,7 @@ def _help(text: str, **kw: Any) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class DAACConfig(IntrinsicConfig, ClipConfig):
+class DAACConfig(EncoderConfig, IntrinsicConfig, ClipConfig):
     """Train DAAC. Defaults solve CartPole-v1; flags override (see --help).
 
     Flags of DAAC (on top of the on-policy ones; ``--epochs`` is the policy epochs)."""
@@ -126,6 +129,14 @@ PRESETS: dict[str, dict] = {
         target_return=None,
     ),
 }
+
+# Pixels: the suite's PPO settings (rlkit.configs.suites: gymnax-blines' MinAtar PPO, CleanRL's
+# ppo_atari.py) with DAAC's own from Raileanu & Fergus (2021, Procgen): advantage loss weight
+# 0.25, 9 value epochs after every batch; the value network's loss unscaled (its own
+# optimiser, as the paper)
+_DAAC_PIXELS = dict(adv_coef=0.25, value_epochs=9, value_freq=1, value_coef=1.0)
+PRESETS["MinAtar/*"] = dict(MINATAR_PPO, **_DAAC_PIXELS)
+PRESETS["ALE/*"] = dict(ATARI_PPO, **_DAAC_PIXELS)
 
 
 #: the config ``recipes/daac.py`` parses (:func:`rlkit.training.cli.recipe`)

@@ -1,6 +1,7 @@
-"""``--encoder`` and ``--feature-dim``, torch-free: the observation encoder of the on-policy
-recipes (ppo, a2c, impala, appo, ppg). The encoders themselves are built by
-:func:`rlkit.modules.networks.make_encoder` (the registry these choices name)."""
+"""``--encoder`` and ``--feature-dim``, torch-free: the observation encoder of every recipe
+whose action space fits (ppo, a2c, impala, appo, ppg, daac, rnd, dqn, and sac for discrete
+actions). The encoders themselves are built by :func:`rlkit.modules.networks.make_encoder`
+(the registry these choices name)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ class EncoderConfig:
     """Flags of the observation encoder: ``--encoder NAME`` and ``--feature-dim N``.
 
     Mixed in before the recipe's config class (``class PPOConfig(EncoderConfig, ...)``), so
-    its ``__post_init__`` runs the rest of the chain first. With an image encoder, each of
-    the actor and the critic gets its own encoder followed by the ``--hidden`` layers (PPG:
-    as ``--arch`` says); ``mlp`` (the default) builds exactly the networks it always did."""
+    its ``__post_init__`` runs the rest of the chain first. With an image encoder, each
+    network gets its own encoder followed by the ``--hidden`` layers and its head (PPG: as
+    ``--arch`` says; DQN's target and SAC's target critics are copies); ``mlp`` (the
+    default) builds exactly the networks it always did."""
 
     encoder: str = field(
         default="mlp",
@@ -48,3 +50,22 @@ class EncoderConfig:
                 "layers are --hidden): drop --feature-dim or add --encoder nature, impala or "
                 "minatar"
             )
+
+
+@dataclass(frozen=True)
+class OffPolicyEncoderConfig(EncoderConfig):
+    """:class:`EncoderConfig` for the off-policy recipes (dqn, sac): with an image encoder
+    ``--hidden`` may be empty (a preset's ``hidden=()``), so the head reads the encoder's
+    features directly, as the Nature and MinAtar DQN networks do. ``OffPolicyConfig`` refuses
+    an empty ``--hidden`` (an MLP needs layers); the check sees one placeholder layer and
+    the empty tuple is restored after it."""
+
+    def __post_init__(self) -> None:
+        image_head = self.encoder != "mlp" and tuple(self.hidden) == ()  # type: ignore[attr-defined]
+        if image_head:
+            object.__setattr__(self, "hidden", (1,))
+        try:
+            super().__post_init__()
+        finally:
+            if image_head:
+                object.__setattr__(self, "hidden", ())

@@ -30,7 +30,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlkit.configs.encoders import EncoderConfig
 from rlkit.configs.onpolicy import ClipConfig
+from rlkit.configs.suites import ATARI_PPO, MINATAR_PPO
 from rlkit.training.config import in_unit_interval, non_negative, positive
 
 
@@ -39,7 +41,7 @@ def _help(text: str, **kw: Any) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class RNDConfig(ClipConfig):
+class RNDConfig(EncoderConfig, ClipConfig):
     """Train RND-PPO. Defaults explore MountainCar with a sparse reward (1 at the goal, 0
     otherwise), scored on MountainCar-v0's return; flags override.
 
@@ -114,6 +116,26 @@ PRESETS: dict[str, dict] = {
     # to the goal by chance, the policy that acts does not (docs/recipes/rnd.md)
     "rlkit/MountainCarSparse-v0": dict(eval_env="MountainCar-v0", eval_deterministic=False),
 }
+
+# Pixels: the suite's PPO settings (rlkit.configs.suites) with RND's own from Burda et al.
+# (2018, Atari): extrinsic gamma 0.999 (episodic), intrinsic gamma 0.99, advantage weights 2
+# (extrinsic) and 1 (intrinsic), entropy 0.001, a quarter of each minibatch for the
+# predictor, observations clipped at 5 after standardisation, leaky ReLU, 512 random
+# features and one 512 hidden layer after the encoder (the paper's predictor has two). The
+# policy reads pixels scaled to [0, 1] (no --normalize-obs); RND standardises them itself
+_RND_PIXELS = dict(
+    normalize_obs=False,
+    gamma=0.999,
+    gamma_int=0.99,
+    ext_coef=2.0,
+    int_coef=1.0,
+    entropy_coef=0.001,
+    update_proportion=0.25,
+    rnd_obs_clip=5.0,
+    rnd_activation="leaky_relu",
+)
+PRESETS["MinAtar/*"] = dict(MINATAR_PPO, **_RND_PIXELS, rnd_features=128, rnd_hidden=(128,))
+PRESETS["ALE/*"] = dict(ATARI_PPO, **_RND_PIXELS, rnd_features=512, rnd_hidden=(512,))
 
 
 #: the config ``recipes/rnd.py`` parses (:func:`rlkit.training.cli.recipe`)

@@ -13,7 +13,7 @@ from rlkit.modules.critics import make_value
 from rlkit.modules.networks import make_encoder
 from rlkit.modules.normalization import Normalize, RunningMeanStd
 
-__all__ = ["actor_critic_networks", "gaussian_kwargs"]
+__all__ = ["actor_critic_networks", "check_mlp_observation", "gaussian_kwargs", "obs_shape"]
 
 
 def gaussian_kwargs(env, init_log_std: float | None) -> dict[str, float]:
@@ -63,7 +63,7 @@ def actor_critic_networks(
         std = gaussian_kwargs(env, init_log_std)
         image = dict(encoder=encoder, feature_dim=feature_dim, normalize_obs=normalize_obs)
         return _image_actor_critic(env, actor_net=actor_net | std, critic_net=critic_net, **image)
-    _check_mlp_observation(env, feature_dim)
+    check_mlp_observation(env, feature_dim)
     obs_norm = backbone = in_features = None
     if normalize_obs:
         shape = obs_spec[keys.OBSERVATION].shape[len(env.batch_size) :]
@@ -77,7 +77,7 @@ def actor_critic_networks(
     return actor, critic, obs_norm
 
 
-def _obs_shape(env) -> tuple[int, ...] | None:
+def obs_shape(env) -> tuple[int, ...] | None:
     """One observation's shape (env batch dims stripped), or None without an ``observation``
     entry (a Dict observation space)."""
     spec = env.observation_spec
@@ -86,10 +86,10 @@ def _obs_shape(env) -> tuple[int, ...] | None:
     return tuple(spec[keys.OBSERVATION].shape[len(env.batch_size) :])
 
 
-def _check_mlp_observation(env, feature_dim: int | None) -> None:
+def check_mlp_observation(env, feature_dim: int | None) -> None:
     """``--encoder mlp`` on images, or with ``--feature-dim``: an error naming the fix (other
     observations are the actor builders' to check, as before)."""
-    shape = _obs_shape(env)
+    shape = obs_shape(env)
     if feature_dim is not None or (shape is not None and len(shape) == 3):
         make_encoder("mlp", shape or (1,), feature_dim=feature_dim)
 
@@ -110,7 +110,7 @@ def _image_actor_critic(
             f"--normalize-obs applies to vector observations; the {encoder} encoder scales uint8 "
             "pixels to [0, 1] itself: drop --normalize-obs or use --encoder mlp"
         )
-    shape = _obs_shape(env)
+    shape = obs_shape(env)
     if shape is None:
         raise ValueError(
             f"--encoder {encoder} reads an image under {keys.OBSERVATION!r}, and this env's "

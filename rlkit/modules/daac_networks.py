@@ -13,9 +13,9 @@ from torch import nn
 
 from rlkit import keys
 from rlkit.modules.actors import make_actor
-from rlkit.modules.builders import gaussian_kwargs
+from rlkit.modules.builders import check_mlp_observation, gaussian_kwargs, obs_shape
 from rlkit.modules.critics import action_kind, make_value
-from rlkit.modules.networks import mlp, mlp_body
+from rlkit.modules.networks import make_encoder, mlp, mlp_body
 from rlkit.modules.normalization import Normalize, RunningMeanStd
 
 __all__ = ["ActionAdvantage", "DAACNetworks", "advantage_head", "daac_networks"]
@@ -99,32 +99,111 @@ def daac_networks(
     init_log_std: float | None = None,
     actor_hidden: Sequence[int] | None = None,
     critic_hidden: Sequence[int] | None = None,
+    encoder: str = "mlp",
+    feature_dim: int | None = None,
 ) -> DAACNetworks:
-    """Policy network and value network sized from ``env``'s specs (flat observations).
+    """Policy network and value network sized from ``env``'s specs.
 
     Policy network: ``[Normalize] -> mlp_body(hidden)`` trunk, a linear policy head (gain
     0.01) and the advantage head (``adv_hidden`` hidden widths; ``None``: none for discrete
     actions, one layer of the trunk's width for continuous ones). Value network:
     ``[Normalize] -> mlp(hidden) -> 1``, no parameter shared with the policy network.
+    ``encoder``: ``"mlp"`` (flat observations), or an image encoder of
+    :func:`~rlkit.modules.networks.make_encoder` (``feature_dim`` its width) in place of
+    ``Normalize``: the trunk and the value network each get their own.
     """
     hidden = tuple(hidden)
+    if encoder != "mlp":
+        return _image_daac_networks(
+            env,
+            hidden=hidden,
+            activation=activation,
+            adv_hidden=adv_hidden,
+            normalize_obs=normalize_obs,
+            init_log_std=init_log_std,
+            actor_hidden=actor_hidden,
+            critic_hidden=critic_hidden,
+            encoder=encoder,
+            feature_dim=feature_dim,
+        )
+    check_mlp_observation(env, feature_dim)
 
-    obs_spec, act_spec = env.observation_spec, env.action_spec
-    obs_shape = obs_spec[keys.OBSERVATION].shape[len(env.batch_size) :]
-    if len(obs_shape) != 1:
+    shape = env.observation_spec[keys.OBSERVATION].shape[len(env.batch_size) :]
+    if len(shape) != 1:
         raise ValueError(
-            f"DAAC's MLP networks need flat vector observations, got shape {list(obs_shape)}: "
+            f"DAAC's MLP networks need flat vector observations, got shape {list(shape)}: "
             "flatten them with a gymnasium wrapper or build the networks by hand"
         )
-    obs_dim = int(obs_shape[0])
+    obs_dim = int(shape[0])
     obs_norm = norm = None
     if normalize_obs:
-        obs_norm = RunningMeanStd(obs_shape)
+        obs_norm = RunningMeanStd(shape)
         norm = Normalize(obs_norm)
     policy_hidden = tuple(actor_hidden or hidden)
     body = mlp_body(obs_dim, hidden=policy_hidden, activation=activation)
     trunk = body if norm is None else nn.Sequential(norm, body)
     width = policy_hidden[-1]
+    critic = dict(
+        backbone=norm,
+        in_features=obs_dim if norm is not None else None,
+        hidden=tuple(critic_hidden or hidden),
+    )
+    return _daac_heads(env, trunk, width, critic, activation, adv_hidden, init_log_std, obs_norm)
+
+
+def _image_daac_networks(
+    env,
+    *,
+    hidden: tuple[int, ...],
+    activation: str,
+    adv_hidden: Sequence[int] | None,
+    normalize_obs: bool,
+    init_log_std: float | None,
+    actor_hidden: Sequence[int] | None,
+    critic_hidden: Sequence[int] | None,
+    encoder: str,
+    feature_dim: int | None,
+) -> DAACNetworks:
+    """:func:`daac_networks` with an image encoder: the trunk is ``encoder ->
+    mlp_body(actor_hidden or hidden)``, the value network ``its own encoder ->
+    mlp(critic_hidden or hidden) -> 1``."""
+    if normalize_obs:
+        raise ValueError(
+            f"--normalize-obs applies to vector observations; the {encoder} encoder scales uint8 "
+            "pixels to [0, 1] itself: drop --normalize-obs or use --encoder mlp"
+        )
+    shape = obs_shape(env)
+    if shape is None:
+        raise ValueError(
+            f"--encoder {encoder} reads an image under {keys.OBSERVATION!r}, and this env's "
+            "observations have no such entry (a Dict observation space): use --encoder mlp"
+        )
+    policy_hidden = tuple(hidden if actor_hidden is None else actor_hidden)
+    enc, width = make_encoder(encoder, shape, feature_dim=feature_dim)
+    trunk = nn.Sequential(enc, mlp_body(width, hidden=policy_hidden, activation=activation))
+    width = policy_hidden[-1] if policy_hidden else width
+    critic_enc, critic_width = make_encoder(encoder, shape, feature_dim=feature_dim)
+    critic = dict(
+        backbone=critic_enc,
+        in_features=critic_width,
+        hidden=tuple(hidden if critic_hidden is None else critic_hidden),
+    )
+    return _daac_heads(env, trunk, width, critic, activation, adv_hidden, init_log_std, None)
+
+
+def _daac_heads(
+    env,
+    trunk: nn.Module,
+    width: int,
+    critic: dict,
+    activation: str,
+    adv_hidden: Sequence[int] | None,
+    init_log_std: float | None,
+    obs_norm: nn.Module | None,
+) -> DAACNetworks:
+    """The policy head and the advantage head on ``trunk`` (``width`` features), and the
+    value network (``make_value`` with the ``critic`` keywords)."""
+    obs_spec, act_spec = env.observation_spec, env.action_spec
     actor = make_actor(
         obs_spec,
         act_spec,
@@ -145,11 +224,5 @@ def daac_networks(
         hidden=tuple(adv_hidden),
         activation=activation,
     )
-    critic = make_value(
-        obs_spec,
-        backbone=norm,
-        in_features=obs_dim if norm is not None else None,
-        hidden=tuple(critic_hidden or hidden),
-        activation=activation,
-    )
-    return DAACNetworks(actor, head, critic, trunk, obs_norm)
+    value = make_value(obs_spec, activation=activation, **critic)
+    return DAACNetworks(actor, head, value, trunk, obs_norm)

@@ -46,10 +46,16 @@ from tensordict import NestedKey, TensorDict, TensorDictBase
 from torch import Tensor, nn
 
 from rlkit import keys
-from rlkit.modules.networks import mlp
+from rlkit.modules.networks import IMAGE_ENCODERS, mlp
 from rlkit.modules.normalization import RunningMeanStd
 from rlkit.objectives.common import LossBase, require_keys
-from rlkit.objectives.rnd import RND, ReturnScaler, RNDPredictorLoss, normalized_flat
+from rlkit.objectives.rnd import (
+    RND,
+    ReturnScaler,
+    RNDPredictorLoss,
+    encoded_mlp,
+    normalized_flat,
+)
 
 __all__ = [
     "ICM",
@@ -87,9 +93,29 @@ class IntrinsicReward(nn.Module):
     #: ``bonus_loss`` plus the intrinsic critic's regression (:class:`IntrinsicLoss`)
     loss: nn.Module
 
-    def _build_critic(self, width: int, *, value_coef: float, hidden: Sequence[int]) -> None:
-        """The intrinsic critic ``V_I``: an MLP (tanh) from the normalised observation."""
-        self.critic = mlp(width, 1, hidden=tuple(hidden), activation="tanh")
+    def _build_critic(
+        self,
+        width: int,
+        *,
+        value_coef: float,
+        hidden: Sequence[int],
+        obs_shape: Sequence[int] | None = None,
+        encoder: str = "mlp",
+        encoder_dim: int | None = None,
+    ) -> None:
+        """The intrinsic critic ``V_I``: an MLP (tanh) from the normalised observation; with
+        an image ``encoder`` (``obs_shape`` the image's), its own encoder first."""
+        if encoder == "mlp":
+            self.critic = mlp(width, 1, hidden=tuple(hidden), activation="tanh")
+        else:
+            self.critic = encoded_mlp(
+                torch.Size(obs_shape),
+                1,
+                hidden=tuple(hidden),
+                activation="tanh",
+                encoder=encoder,
+                encoder_dim=encoder_dim,
+            )
         self.__dict__["loss"] = IntrinsicLoss(self, value_coef=value_coef)
 
     def normalize(self, obs: Tensor) -> Tensor:
@@ -167,7 +193,12 @@ class RNDReward(IntrinsicReward):
         self.rnd = RND(obs_shape, num_envs=num_envs, **kwargs)
         self.__dict__["bonus_loss"] = RNDPredictorLoss(self.rnd)
         self._build_critic(
-            int(self.rnd.obs_shape.numel()), value_coef=value_coef, hidden=critic_hidden
+            int(self.rnd.obs_shape.numel()),
+            value_coef=value_coef,
+            hidden=critic_hidden,
+            obs_shape=self.rnd.obs_shape,
+            encoder=self.rnd.encoder,
+            encoder_dim=kwargs.get("encoder_dim"),
         )
 
     def normalize(self, obs: Tensor) -> Tensor:
@@ -446,12 +477,23 @@ def make_intrinsic(name: str, env, **kwargs) -> IntrinsicReward:
     """The intrinsic reward ``name`` (``rnd`` or ``icm``) for ``env``'s observations and
     actions and its number of envs; ``kwargs`` go to :class:`RNDReward` (and through it to
     :class:`~rlkit.objectives.rnd.RND`) or :class:`ICM`. Defaults: 64 features, two hidden
-    layers of 64, ReLU; RND keeps a random quarter of each minibatch for its predictor."""
+    layers of 64, ReLU; RND keeps a random quarter of each minibatch for its predictor.
+    ``encoder`` (RND only): an image encoder of
+    :func:`~rlkit.modules.networks.make_encoder` for its target, predictor and critic."""
     obs_shape, action_dim, discrete = _spaces(env)
-    if len(obs_shape) != 1:
+    encoder = kwargs.get("encoder", "mlp")
+    if encoder != "mlp":
+        if name != "rnd":
+            raise ValueError(
+                f"intrinsic reward {name!r} builds MLPs over flat vector observations; "
+                f"--encoder {encoder} is for images: use --intrinsic rnd (its networks take "
+                "the encoder) or --encoder mlp"
+            )
+    elif len(obs_shape) != 1:
         raise ValueError(
             f"intrinsic reward {name!r} builds MLPs over flat vector observations, got shape "
-            f"{list(obs_shape)}: drop it for this env"
+            f"{list(obs_shape)}: for images use rnd with an image encoder (--encoder "
+            f"{IMAGE_ENCODERS}), else drop it for this env"
         )
     num_envs = int(env.batch_size.numel())
     if name == "rnd":

@@ -35,7 +35,7 @@ from tensordict import NestedKey, TensorDict, TensorDictBase
 from torch import Tensor, nn
 
 from rlkit import keys
-from rlkit.modules.networks import mlp
+from rlkit.modules.networks import make_encoder, mlp
 from rlkit.modules.normalization import RunningMeanStd
 from rlkit.objectives.common import (
     Hyperparameter,
@@ -173,6 +173,27 @@ def normalized_flat(
     return stats.normalize(obs.float(), clip=clip).reshape(*lead, -1)
 
 
+def encoded_mlp(
+    obs_shape: torch.Size,
+    out_features: int,
+    *,
+    hidden: Sequence[int],
+    activation: str | type[nn.Module],
+    encoder: str = "mlp",
+    encoder_dim: int | None = None,
+) -> nn.Module:
+    """A network over flattened observations ``[*, numel(obs_shape)]`` (what
+    :func:`normalized_flat` gives): :func:`~rlkit.modules.networks.mlp` for ``encoder="mlp"``
+    (exactly as before encoders existed), else ``unflatten -> encoder -> mlp``."""
+    if encoder == "mlp":
+        if encoder_dim is not None:
+            make_encoder("mlp", (int(obs_shape.numel()),), feature_dim=encoder_dim)
+        return mlp(int(obs_shape.numel()), out_features, hidden=hidden, activation=activation)
+    enc, width = make_encoder(encoder, tuple(obs_shape), feature_dim=encoder_dim)
+    head = mlp(width, out_features, hidden=hidden, activation=activation)
+    return nn.Sequential(nn.Unflatten(-1, tuple(obs_shape)), enc, head)
+
+
 # --------------------------------------------------------------------------- the bonus
 class RND(nn.Module):
     r"""Random Network Distillation: target :math:`f`, predictor :math:`\hat f`, statistics.
@@ -209,11 +230,18 @@ class RND(nn.Module):
         feature_dim: width :math:`k` of the random features (the paper: 512 on Atari).
         target_hidden, predictor_hidden: hidden widths; the paper's predictor is deeper.
         activation: hidden activation (the paper: leaky ReLU).
+        encoder: ``"mlp"`` (flat input), or an image encoder of
+            :func:`~rlkit.modules.networks.make_encoder` (``"nature"``, ``"impala"``,
+            ``"minatar"``) that the target and the predictor each get their own of, before
+            their hidden layers (the paper's conv nets; observations ``[H, W, C]`` or
+            ``[C, H, W]``, standardised per pixel as above).
+        encoder_dim: the image encoder's output width (None: the paper's of that encoder).
         obs_clip: :math:`c > 0`.
         gamma_int: :math:`\gamma_I \in [0, 1]` of the return whose spread scales the reward.
         update_proportion: :math:`p \in (0, 1]`.
 
-    Deviations: an MLP instead of the paper's CNNs (vector observations); the observation
+    Deviations: the encoders' activations are ReLU (the paper's CNNs: leaky ReLU), and all
+    channels are read (the paper: the last frame of the stack); the observation
     statistics are updated from every batch *before* its rewards are computed (so the first
     batch, collected by the near-uniform initial policy, initialises them, which plays the
     role of the paper's random-policy warm-up steps). ``e`` is the squared norm (the
@@ -240,6 +268,8 @@ class RND(nn.Module):
         obs_clip: float = 5.0,
         gamma_int: float = 0.99,
         update_proportion: float = 0.25,
+        encoder: str = "mlp",
+        encoder_dim: int | None = None,
     ) -> None:
         super().__init__()
         self.obs_shape = torch.Size([obs_shape] if isinstance(obs_shape, int) else obs_shape)
@@ -251,11 +281,11 @@ class RND(nn.Module):
         )
         self.gamma_int = _check_real("RND: gamma_int", gamma_int, 0.0, 1.0, open_low=False)
         self.obs_clip = _check_real("RND: obs_clip", obs_clip, 0.0, math.inf, open_low=True)
-        in_features = int(self.obs_shape.numel())
-        net = dict(activation=activation)
-        self.target = mlp(in_features, feature_dim, hidden=target_hidden, **net)
+        self.encoder = encoder
+        net = dict(activation=activation, encoder=encoder, encoder_dim=encoder_dim)
+        self.target = encoded_mlp(self.obs_shape, feature_dim, hidden=target_hidden, **net)
         self.target.requires_grad_(False)
-        self.predictor = mlp(in_features, feature_dim, hidden=predictor_hidden, **net)
+        self.predictor = encoded_mlp(self.obs_shape, feature_dim, hidden=predictor_hidden, **net)
         self.feature_dim = feature_dim
         self.obs_stats = RunningMeanStd(self.obs_shape)
         self.return_scaler = ReturnScaler(num_envs=num_envs, gamma=gamma_int, episodic=False)
@@ -274,7 +304,7 @@ class RND(nn.Module):
         return (
             f"obs_shape={tuple(self.obs_shape)}, num_envs={self.num_envs}, "
             f"gamma_int={self.gamma_int}, update_proportion={self.update_proportion}, "
-            f"obs_clip={self.obs_clip}"
+            f"obs_clip={self.obs_clip}, encoder={self.encoder!r}"
         )
 
     # ----------------------------------------------------------------- networks
