@@ -57,15 +57,4 @@ class OffPolicyEncoderConfig(EncoderConfig):
     """:class:`EncoderConfig` for the off-policy recipes (dqn, sac): with an image encoder
     ``--hidden`` may be empty (a preset's ``hidden=()``), so the head reads the encoder's
     features directly, as the Nature and MinAtar DQN networks do. ``OffPolicyConfig`` refuses
-    an empty ``--hidden`` (an MLP needs layers); the check sees one placeholder layer and
-    the empty tuple is restored after it."""
-
-    def __post_init__(self) -> None:
-        image_head = self.encoder != "mlp" and tuple(self.hidden) == ()  # type: ignore[attr-defined]
-        if image_head:
-            object.__setattr__(self, "hidden", (1,))
-        try:
-            super().__post_init__()
-        finally:
-            if image_head:
-                object.__setattr__(self, "hidden", ())
+    an empty ``--hidden`` only with ``--encoder mlp`` (an MLP needs layers)."""

@@ -158,7 +158,10 @@ class OffPolicyConfig(TrainConfig):
                 f"--learning-starts {self.learning_starts} exceeds --buffer-size "
                 f"{self.buffer_size}: learning would never start"
             )
-        if not self.hidden or any(h <= 0 for h in self.hidden):
+        # with an image encoder the head may read its features directly (hidden=(), as the
+        # MinAtar and Nature DQN networks; rlkit.configs.suites)
+        image = getattr(self, "encoder", "mlp") != "mlp"
+        if (not self.hidden and not image) or any(h <= 0 for h in self.hidden):
             raise ValueError(f"--hidden needs positive layer sizes, got {self.hidden}")
 
     @property
