@@ -259,15 +259,21 @@ def test_prioritized_beta_is_annealed_to_one_over_the_budget(dqn):
 def stream(num: int, steps: int, seed: int) -> TensorDict:
     """A collector-like batch ``[num, steps]`` with done flags (one terminal, one truncation)."""
     g = torch.Generator().manual_seed(seed)
-    obs = torch.randn(num, steps, 2, generator=g)
     done = torch.rand(num, steps, 1, generator=g) < 0.15
     terminated = done & (torch.rand(num, steps, 1, generator=g) < 0.5)
+    # a continuing stream, as a collector writes it: step t + 1 starts where step t ended,
+    # or from a fresh reset observation after a done step
+    next_obs = torch.randn(num, steps, 2, generator=g)
+    resets = torch.randn(num, steps, 2, generator=g)
+    obs = torch.empty_like(next_obs)
+    obs[:, 0] = resets[:, 0]
+    obs[:, 1:] = torch.where(done[:, :-1], resets[:, 1:], next_obs[:, :-1])
     return TensorDict(
         {
             keys.OBSERVATION: obs,
             keys.ACTION: torch.randint(2, (num, steps), generator=g),
             "next": {
-                keys.OBSERVATION: obs + 1.0,
+                keys.OBSERVATION: next_obs,
                 "reward": torch.randn(num, steps, 1, generator=g),
                 "done": done,
                 "terminated": terminated,
@@ -331,6 +337,41 @@ def test_dqn_nstep_tail_survives_a_checkpoint(dqn, tmp_path):
     assert after_resume.shape[0] == 2 * 4
     for key in uninterrupted.keys(True, True):
         torch.testing.assert_close(after_resume.get(key), uninterrupted.get(key))
+
+
+def test_dqn_nstep_tail_ends_where_a_resumed_runs_envs_restart(dqn, tmp_path):
+    """A resumed run's envs start from a reset: the saved tail's windows end at the tail
+    (a truncation, bootstrapped from its last next observation), as a textbook loop over the
+    saved stream alone computes them, instead of running on into the new episodes."""
+    n, gamma = 3, 0.9
+    cfg = dqn.DQNConfig(**SMALL_DQN | {"num_envs": 2}, n_steps=n, gamma=gamma)
+    learner, _ = build(dqn, cfg, "CartPole-v1")
+    resumed, _ = build(dqn, cfg, "CartPole-v1")
+    saved = stream(2, 6, seed=7)
+    saved.get(keys.DONE)[:] = False  # no episode ends: every tail window reaches the cut
+    saved.get(keys.TERMINATED)[:] = False
+    learner.transitions(saved)
+    torch.save(learner.state_dict(), tmp_path / "state.pt")
+    resumed.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=True))
+    restarted = stream(2, 4, seed=8)  # another stream: its first observations are resets
+    out = resumed.transitions(restarted).reshape(2, -1)
+    reward = saved.get(keys.REWARD).squeeze(-1)
+    for env in range(2):
+        for j, t in enumerate(range(6 - (n - 1), 6)):  # the tail's steps, first in the output
+            m = 6 - t  # steps left in the saved stream
+            row = out[env, j]
+            expected = sum(gamma**k * reward[env, t + k] for k in range(m))
+            torch.testing.assert_close(row.get(keys.REWARD).squeeze(), expected)
+            torch.testing.assert_close(
+                row.get(keys.BOOTSTRAP_DISCOUNT).squeeze(), torch.tensor(gamma**m)
+            )
+            assert torch.equal(
+                row.get(keys.NEXT_OBSERVATION), saved.get(keys.NEXT_OBSERVATION)[env, -1]
+            )
+            assert torch.equal(row.get(keys.OBSERVATION), saved.get(keys.OBSERVATION)[env, t])
+            assert bool(row.get(keys.DONE)) and not bool(row.get(keys.TERMINATED))
+    # the new stream's own windows start at its first step
+    assert torch.equal(out[:, n - 1].get(keys.OBSERVATION), restarted.get(keys.OBSERVATION)[:, 0])
 
 
 # --------------------------------------------------------------------------- SAC

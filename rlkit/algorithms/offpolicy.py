@@ -252,7 +252,7 @@ class OffPolicyLearner(Learner):
         steps = batch.select(*NSTEP_READ)
         tail = self.nstep_tail
         if tail is not None and tail.shape[0] == steps.shape[0]:
-            steps = torch.cat([tail.to(steps.device), steps], dim=1)
+            steps = torch.cat([_cut_broken_streams(tail.to(steps.device), steps), steps], dim=1)
         ready = max(0, steps.shape[1] - n + 1)
         self.nstep_tail = steps[:, ready:].clone()
         out = nstep_transitions(steps, n=n, gamma=self.cfg.gamma)
@@ -380,3 +380,22 @@ def _check_priority_weights(cfg: OffPolicyConfig, loss: nn.Module) -> None:
             f"{type(loss).__name__} has priority_weights={built!r}: build the loss with "
             f"priority_weights={wanted!r}"
         )
+
+
+def _cut_broken_streams(tail: TensorDictBase, steps: TensorDictBase) -> TensorDictBase:
+    """``tail`` with its last step marked done (a truncation: terminated stays as it was)
+    in every env whose stream ``steps`` does not continue, i.e. whose first observation is not
+    the tail's last next observation. A resumed run's envs start from a reset, so without
+    this the saved tail's n-step windows would run on into another episode's rewards; cut,
+    they end at the tail and bootstrap from its true next observation. A continuing stream
+    (every batch of one run) is returned as it is."""
+    last_next = tail.get(keys.NEXT_OBSERVATION)[:, -1]
+    first = steps.get(keys.OBSERVATION)[:, 0]
+    broken = (last_next != first).reshape(first.shape[0], -1).any(-1)
+    if not broken.any():
+        return tail
+    tail = tail.clone()
+    done = tail.get(keys.DONE)
+    done[:, -1] |= broken.reshape(-1, *([1] * (done.dim() - 2)))
+    tail.set(keys.DONE, done)
+    return tail
