@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping
 from typing import Any
-from weakref import WeakKeyDictionary
 
 import torch
 from tensordict import NestedKey, TensorDictBase
@@ -61,9 +60,20 @@ def disabled() -> Iterator[None]:
 _WRAPPER_TYPES = (TensorDictModule, ValueOperator)
 _PROB_TYPES = (ProbabilisticTensorDictModule, SafeProbabilisticModule)
 
-#: module -> its plan, or None when the module takes its own path
-_ACTOR_PLANS: WeakKeyDictionary[nn.Module, _ActorPlan | None] = WeakKeyDictionary()
-_MODULE_PLANS: WeakKeyDictionary[nn.Module, _ModulePlan | None] = WeakKeyDictionary()
+#: the attributes a module keeps its plan under (None when it takes its own path). On the
+#: module rather than in a global WeakKeyDictionary: torch.compile guards a global dict's
+#: lookup by the key's position in it, and entries leaving the dict (collected modules)
+#: shifted those positions, so a later call failed while building guards ("IndexError: list
+#: index out of range" from torch/_guards.py, seen with --compile in a process that had built
+#: and dropped other learners)
+_ACTOR_PLAN = "_rlkit_actor_plan"
+_MODULE_PLAN = "_rlkit_module_plan"
+_UNSET = object()
+
+
+def cached_plan(module: nn.Module, attr: str = _ACTOR_PLAN) -> Any:
+    """The plan ``module`` keeps under ``attr`` (None: its own path), or ``_UNSET``."""
+    return module.__dict__.get(attr, _UNSET)
 
 
 def _no_hooks(*modules: nn.Module) -> bool:
@@ -235,11 +245,10 @@ def actor_dist(actor: nn.Module, td: TensorDictBase) -> Distribution:
 
 
 def _plan_for(actor: nn.Module) -> _ActorPlan | None:
-    if actor not in _ACTOR_PLANS:
-        _ACTOR_PLANS[actor] = _actor_plan(actor)
-    plan = _ACTOR_PLANS[actor]
-    if plan is not None and not plan.current():
-        plan = _ACTOR_PLANS[actor] = _actor_plan(actor)
+    plan = getattr(actor, _ACTOR_PLAN, _UNSET)
+    if plan is _UNSET or (plan is not None and not plan.current()):
+        plan = _actor_plan(actor)
+        actor.__dict__[_ACTOR_PLAN] = plan
     return plan
 
 
@@ -296,11 +305,10 @@ def module_output(
     inputs, bit for bit, without writing into ``td``; a plain ``TensorDictModule`` /
     ``ValueOperator`` has its wrapped network called directly. ``call`` (default ``module``)
     is what runs on the other path (a wrapper around ``module``, e.g. a target network)."""
-    if module not in _MODULE_PLANS:
-        _MODULE_PLANS[module] = _module_plan(module)
-    plan = _MODULE_PLANS[module]
-    if plan is not None and not plan.current():
-        plan = _MODULE_PLANS[module] = _module_plan(module)
+    plan = getattr(module, _MODULE_PLAN, _UNSET)
+    if plan is _UNSET or (plan is not None and not plan.current()):
+        plan = _module_plan(module)
+        module.__dict__[_MODULE_PLAN] = plan
     if (
         plan is not None
         and key in plan.out_keys
