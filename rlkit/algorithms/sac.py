@@ -12,7 +12,6 @@ from typing import Any
 from tensordict import TensorDictBase
 from torch import nn
 
-from rlkit import keys
 from rlkit.algorithms.offpolicy import (
     OffPolicyConfig,
     OffPolicyLearner,
@@ -24,7 +23,7 @@ from rlkit.algorithms.offpolicy import offpolicy_collector as make_collector
 from rlkit.configs import sac as _config
 from rlkit.configs.sac import PRESETS, SACConfig, check_sac_n_steps
 from rlkit.modules import make_actor, q_critic_continuous, q_critic_discrete
-from rlkit.modules.builders import check_mlp_observation, obs_shape
+from rlkit.modules.builders import check_mlp_observation, image_obs_shape
 from rlkit.modules.critics import action_kind, make_q, observation_features
 from rlkit.modules.networks import make_encoder
 from rlkit.modules.policies import TanhActorPolicy
@@ -152,12 +151,7 @@ def sac_networks(
                 "--encoder mlp on vector observations, or recipes/ppo.py (or another "
                 "on-policy recipe) for pixels with continuous actions"
             )
-        shape = obs_shape(env)
-        if shape is None:
-            raise ValueError(
-                f"--encoder {encoder} reads an image under {keys.OBSERVATION!r}, and this env's "
-                "observations have no such entry (a Dict observation space): use --encoder mlp"
-            )
+        shape = image_obs_shape(env, encoder)
 
         def features() -> dict:
             enc, width = make_encoder(encoder, shape, feature_dim=feature_dim)

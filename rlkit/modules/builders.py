@@ -94,6 +94,24 @@ def check_mlp_observation(env, feature_dim: int | None) -> None:
         make_encoder("mlp", shape or (1,), feature_dim=feature_dim)
 
 
+def image_obs_shape(env, encoder: str, *, normalize_obs: bool = False) -> tuple[int, ...]:
+    """The image shape an ``encoder`` (not mlp) reads from ``env``'s observations; refuses
+    ``--normalize-obs`` (the encoder scales uint8 pixels itself) and observations with no
+    image under ``keys.OBSERVATION``, each naming the fix."""
+    if normalize_obs:
+        raise ValueError(
+            f"--normalize-obs applies to vector observations; the {encoder} encoder scales uint8 "
+            "pixels to [0, 1] itself: drop --normalize-obs or use --encoder mlp"
+        )
+    shape = obs_shape(env)
+    if shape is None:
+        raise ValueError(
+            f"--encoder {encoder} reads an image under {keys.OBSERVATION!r}, and this env's "
+            "observations have no such entry (a Dict observation space): use --encoder mlp"
+        )
+    return shape
+
+
 def _image_actor_critic(
     env,
     *,
@@ -105,17 +123,7 @@ def _image_actor_critic(
 ) -> tuple[nn.Module, nn.Module, None]:
     """:func:`actor_critic_networks` with an image encoder: each network its own encoder (as
     the MLP path keeps actor and critic apart), then its hidden layers and head."""
-    if normalize_obs:
-        raise ValueError(
-            f"--normalize-obs applies to vector observations; the {encoder} encoder scales uint8 "
-            "pixels to [0, 1] itself: drop --normalize-obs or use --encoder mlp"
-        )
-    shape = obs_shape(env)
-    if shape is None:
-        raise ValueError(
-            f"--encoder {encoder} reads an image under {keys.OBSERVATION!r}, and this env's "
-            f"observations have no such entry (a Dict observation space): use --encoder mlp"
-        )
+    shape = image_obs_shape(env, encoder, normalize_obs=normalize_obs)
 
     def features() -> dict:
         enc, width = make_encoder(encoder, shape, feature_dim=feature_dim)

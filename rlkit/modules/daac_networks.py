@@ -13,7 +13,7 @@ from torch import nn
 
 from rlkit import keys
 from rlkit.modules.actors import make_actor
-from rlkit.modules.builders import check_mlp_observation, gaussian_kwargs, obs_shape
+from rlkit.modules.builders import check_mlp_observation, gaussian_kwargs, image_obs_shape
 from rlkit.modules.critics import action_kind, make_value
 from rlkit.modules.networks import make_encoder, mlp, mlp_body
 from rlkit.modules.normalization import Normalize, RunningMeanStd
@@ -167,17 +167,7 @@ def _image_daac_networks(
     """:func:`daac_networks` with an image encoder: the trunk is ``encoder ->
     mlp_body(actor_hidden or hidden)``, the value network ``its own encoder ->
     mlp(critic_hidden or hidden) -> 1``."""
-    if normalize_obs:
-        raise ValueError(
-            f"--normalize-obs applies to vector observations; the {encoder} encoder scales uint8 "
-            "pixels to [0, 1] itself: drop --normalize-obs or use --encoder mlp"
-        )
-    shape = obs_shape(env)
-    if shape is None:
-        raise ValueError(
-            f"--encoder {encoder} reads an image under {keys.OBSERVATION!r}, and this env's "
-            "observations have no such entry (a Dict observation space): use --encoder mlp"
-        )
+    shape = image_obs_shape(env, encoder, normalize_obs=normalize_obs)
     policy_hidden = tuple(hidden if actor_hidden is None else actor_hidden)
     enc, width = make_encoder(encoder, shape, feature_dim=feature_dim)
     trunk = nn.Sequential(enc, mlp_body(width, hidden=policy_hidden, activation=activation))
