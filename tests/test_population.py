@@ -273,6 +273,61 @@ def test_ppg_recipe_population_matches_standalone_runs(tmp_path):
     assert "aux/loss_distill" in (tmp_path / "pop" / "metrics.csv").read_text().splitlines()[0]
 
 
+SYNC = [
+    "--num-envs", "4", "--workers", "2", "--sync-collect", "true", "--rollout-steps", "16",
+    "--minibatch-size", "32", "--eval-every", "0", "--eval-episodes", "2",
+    "--checkpoint-every", "64", "--progress", "false",
+]  # fmt: skip
+SYNC_SWEEP = ["--sweep", "lr=1e-3,3e-4", "--sweep", "entropy_coef=0.0,0.02"]
+
+
+@pytest.mark.parametrize("algo", ["impala", "appo"])
+def test_sync_vtrace_members_match_standalone_runs_and_resume_as_they_do(tmp_path, algo):
+    """``--sync-collect true`` IMPALA and APPO: four members with four settings (learning rate
+    x entropy bonus) end where four standalone runs end, each collecting in two worker
+    processes (a member's rows are split into its workers' blocks, seeded and sampled as
+    theirs). Then every run is resumed for one more batch: the members again end where
+    the resumed standalone runs end (new workers, fresh streams, as a standalone resume)."""
+    main = load(algo).main
+    run = tmp_path / "pop"
+    main([*SYNC, *SYNC_SWEEP, "--total-frames", "128", "--run-dir", str(run)])
+    settings = [(lr, ent) for lr in ("1e-3", "3e-4") for ent in ("0.0", "0.02")]
+    solos = [tmp_path / f"solo{i}" for i in range(4)]
+    for solo, (lr, ent) in zip(solos, settings):
+        main([*SYNC, "--lr", lr, "--entropy-coef", ent, "--total-frames", "128",
+              "--run-dir", str(solo)])  # fmt: skip
+
+    def diffs() -> list[float]:
+        pop = _modules(run)
+        out = []
+        for i, solo in enumerate(solos):
+            state = _modules(solo)
+            assert {f"member{i}.{n}" for n in state} <= set(pop)
+            out.append(max(
+                (pop[f"member{i}.{n}"][k].double() - v.double()).abs().max().item()
+                for n in state for k, v in state[n].items()
+            ))  # fmt: skip
+        return out
+
+    assert max(diffs()) < 1e-5, diffs()
+    pop = _modules(run)
+    apart = max((pop["member0.actor"][k] - v).abs().max().item()
+                for k, v in pop["member3.actor"].items())  # fmt: skip
+    assert apart > 1e-4  # the settings made different runs
+    resume = ["--resume", "last", "--total-frames", "192"]
+    main([*SYNC, *SYNC_SWEEP, *resume, "--run-dir", str(run)])
+    for solo, (lr, ent) in zip(solos, settings):
+        main([*SYNC, "--lr", lr, "--entropy-coef", ent, *resume, "--run-dir", str(solo)])
+    assert max(diffs()) < 1e-5, diffs()
+
+
+@pytest.mark.parametrize("algo", ["impala", "appo"])
+def test_vtrace_population_needs_synchronous_collection(capsys, algo):
+    with pytest.raises(SystemExit):  # refused before anything starts (appo's default is sync)
+        load(algo).main(["--population", "2", "--sync-collect", "false", "--progress", "false"])
+    assert "--population / --sweep needs --sync-collect true" in capsys.readouterr().err
+
+
 NORMS = [
     "--normalize-obs", "true", "--normalize-reward", "true",
     "--running-advantage-norm", "true", "--normalize-advantage", "false",

@@ -34,6 +34,9 @@ class APPOLearner(PolicyGradientLearner):
     (parameters and step count) so checkpoints and resumes keep it."""
 
     supports_running_advantage_norm = True  # its update runs the shared one
+    #: a population (``--population`` with ``--sync-collect true``) runs each member's own
+    #: update in turn (rlkit.training.population): it also steps the member's target network
+    population_sequential = True
 
     def __init__(
         self,

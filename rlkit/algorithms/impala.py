@@ -63,6 +63,10 @@ class IMPALALearner(PolicyGradientLearner):
     computes V-trace itself).
     """
 
+    #: a population (``--population`` with ``--sync-collect true``) runs each member's own
+    #: update in turn (rlkit.training.population): the V-trace loss scans whole trajectories
+    population_sequential = True
+
     def __init__(self, *, algo: str = "impala", actor, critic, loss, cfg, obs_norm=None):
         # --lr-schedule kl: refused by IMPALAConfig before the run starts, and by the shared
         # learner's check (no approx_kl) for a config built another way

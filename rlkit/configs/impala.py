@@ -33,6 +33,12 @@ IMPALA_NO_KL = (
 )
 
 
+def worker_seed(seed: int, worker: int) -> int:
+    """The seed of collector worker ``worker`` of a run seeded ``seed``: its torch stream
+    (``torch.manual_seed``) and its first env (``rlkit.data.async_collect.WorkerCollector``)."""
+    return seed + 100 * worker
+
+
 @dataclass(frozen=True)
 class VTraceConfig(PolicyGradientConfig):
     """Flags shared by the V-trace recipes (IMPALA, APPO): V-trace and collection."""
@@ -75,6 +81,18 @@ class VTraceConfig(PolicyGradientConfig):
                 f"--workers must be >= 1 and divide --num-envs ({self.num_envs}), got "
                 f"{self.workers}"
             )
+        if (self.population > 1 or self.sweep) and not self.sync_collect:
+            raise ValueError(
+                "--population / --sweep needs --sync-collect true here: asynchronous "
+                "collection acts with whatever weights are newest, so no member could be an "
+                "independent, repeatable run; add --sync-collect true (each member then "
+                "collects as its synchronous standalone run does, in this process)"
+            )
+
+    def worker_seeds(self, seed: int) -> list[int]:
+        """The workers' seeds (:func:`worker_seed`): a population member steps its envs in
+        blocks seeded and sampled as its standalone run's workers."""
+        return [worker_seed(seed, w) for w in range(self.workers)]
 
     def env_options(self) -> dict:
         """No env-side reward normaliser: the workers build the envs, so the learner scales

@@ -55,6 +55,7 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from rlkit import keys
+from rlkit.configs.impala import worker_seed
 
 __all__ = [
     "POLICY_LAG",
@@ -232,7 +233,7 @@ class WorkerCollector:
         steps = frames_per_batch // num_envs
         self._procs = []
         for i in range(num_workers):
-            args = (i, env_id, per_worker, steps, seed + 100 * i, local, self._shared)
+            args = (i, env_id, per_worker, steps, worker_seed(seed, i), local, self._shared)
             args += (self._version, self._lock, self._out, self._go[i], self._free[i])
             args += (self._stop, self.sync, queue_size + 1, dict(env_kwargs or {}))
             proc = ctx.Process(target=_worker, args=args, daemon=True)
@@ -324,7 +325,19 @@ def worker_collector_factory(
     return partial(_build, num_workers=num_workers, sync=sync, env_kwargs=env_kwargs)
 
 
-def _build(env, learner, device, *, num_workers, sync, env_kwargs) -> WorkerCollector:
+def _build(env, learner, device, *, num_workers, sync, env_kwargs):
+    from rlkit.training.population import PopulationLearner
+
+    if isinstance(learner, PopulationLearner):
+        # a synchronous population collects in this process: its env holds every member's
+        # workers' sub-envs seeded as theirs, and its policy samples each worker's block
+        # from that worker's stream (PopulationLearner's worker_seeds), so each member's
+        # batches are its standalone run's; the configs refuse an asynchronous population
+        if not sync:
+            raise ValueError("--population / --sweep needs --sync-collect true")
+        from rlkit.training.engine import default_collector
+
+        return default_collector(env, learner, device)
     cfg = learner.cfg
     rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
     return WorkerCollector(

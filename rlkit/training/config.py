@@ -156,7 +156,8 @@ class TrainConfig:
         default=1,
         metadata=_help(
             "train this many independent members as one run, seeds --seed, --seed+1, ... "
-            "(ppo, a2c, daac, ppg; see docs/population.md); with --sweep: the grid x "
+            "(ppo, a2c, daac, ppg, impala and appo with --sync-collect true; see "
+            "docs/population.md); with --sweep: the grid x "
             "--population-seeds; with --devices N each process trains its own 1/N of them"
         ),
     )
@@ -183,6 +184,16 @@ class TrainConfig:
     def env_options(self) -> dict[str, Any]:
         """Extra :func:`rlkit.envs.make_env` arguments for the training env (none here)."""
         return {}
+
+    def worker_seeds(self, seed: int) -> list[int] | None:
+        """How a standalone run with ``seed`` collects: ``None`` when it steps its envs in its
+        own process (sub-env ``k`` seeded ``seed + k``, actions drawn from the run's own
+        random stream); else one seed per collector worker process, worker ``w`` stepping
+        the ``w``-th equal block of the envs (sub-env ``k`` of the block seeded
+        ``worker_seeds[w] + k``) and drawing its actions from ``torch.manual_seed``
+        of its seed. A population member collects as its standalone run would."""
+        del seed
+        return None
 
     def __post_init__(self) -> None:
         _positive(self, "total_frames", "num_envs", "eval_episodes", "num_nodes", "threads")

@@ -8,7 +8,9 @@ the engine as one learner:
   ``[i N, (i + 1) N)`` seeded as its standalone run's env (``seed_i + k``);
   :class:`PopulationPolicy` runs each member's actor on its rows and samples with the
   member's own random stream (the global stream of its standalone run, swapped in and out),
-  so a member draws the actions its standalone run draws;
+  so a member draws the actions its standalone run draws. A member whose standalone run
+  collects in worker processes (synchronous IMPALA and APPO: ``cfg.worker_seeds``) has its
+  rows split into one block per worker, each seeded and sampled as that worker's;
 * **update**: each member's ``prepare`` (schedules, estimator), then each of its update's
   phases (one loss group each: PPO's and A2C's loss; DAAC's policy, then value) for its
   epochs and minibatches, with the losses of all members computed in one ``torch.vmap``
@@ -18,7 +20,8 @@ the engine as one learner:
   Minibatch orders come from per-member generators seeded as a standalone run's; then each
   member's ``finish`` (KL-adaptive learning rate, counters). A learner that sets
   ``population_sequential`` (PPG: a policy phase of two loss groups in lockstep, then an
-  auxiliary phase over its own buffer) runs its own ``update`` instead, member after member,
+  auxiliary phase over its own buffer; IMPALA and APPO) runs its own ``update`` instead,
+  member after member,
   each in its own random stream and with its own minibatch generator;
 * **ranks**: with ``W`` ranks, rank ``r`` holds members ``[r P/W, (r + 1) P/W)``
   (:func:`rank_members`) and nothing of a member crosses ranks (no gradient all-reduce, no
@@ -384,6 +387,11 @@ class PopulationLearner(Learner):
         first: the population-wide index of the first member (on several ranks each rank
             holds a contiguous block of members: :func:`rank_members`); checkpoint names and
             per-member metrics use population-wide indices.
+        worker_seeds: per member, the seeds of the collector workers its standalone run
+            would collect with (``cfg.worker_seeds(seed)``; IMPALA and APPO): its rows are
+            then split into one block per worker, each sampled from
+            ``torch.manual_seed(worker seed)``'s stream, as that worker would; ``None`` (or a
+            member's ``None``): the member samples from its own stream (``rng_states``).
     """
 
     def __init__(
@@ -395,6 +403,7 @@ class PopulationLearner(Learner):
         seeds: Sequence[int],
         settings: Sequence[Mapping[str, Any]],
         first: int = 0,
+        worker_seeds: Sequence[Sequence[int] | None] | None = None,
     ) -> None:
         if not members:
             raise ValueError("a population needs at least one member")
@@ -404,7 +413,8 @@ class PopulationLearner(Learner):
             if not (hasattr(m, "shared_update") and m.shared_update()):
                 raise ValueError(
                     f"--population trains learners whose update is a sequence of loss groups on "
-                    f"one batch (ppo, a2c, daac, ppg); {m.algo} updates its own way: drop "
+                    f"one batch (ppo, a2c, daac) or update member by member (ppg, impala, appo); "
+                    f"{m.algo} updates its own way: drop "
                     "--population"
                 )
             if any(len(phase) != 1 for phase in m.phases()):
@@ -421,7 +431,37 @@ class PopulationLearner(Learner):
         self.rngs = [_MemberRNG(s.clone()) for s in rng_states]
         self.generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
         self.stopped: dict[int, str] = {}
-        self._policy = PopulationPolicy([m.collect_policy() for m in members], self.rngs)
+        actors = [m.collect_policy() for m in members]
+        #: the streams the members' actions are sampled from: the members' own, or one per
+        #: collector worker of each member's standalone run (``worker_seeds``). Worker
+        #: streams are not checkpointed: a resumed standalone run starts new workers, seeded
+        #: afresh, as its envs restart their episodes; a resumed member does the same
+        self.collect_rngs: list[_MemberRNG] = []
+        block_actors = []
+        for i, actor in enumerate(actors):
+            seeds_i = None if worker_seeds is None else worker_seeds[i]
+            if seeds_i is None:
+                self.collect_rngs.append(self.rngs[i])
+                block_actors.append(actor)
+                continue
+            if num_envs % len(seeds_i):
+                raise ValueError(
+                    f"{num_envs} envs per member do not split over {len(seeds_i)} workers"
+                )
+            for seed in seeds_i:
+                state = torch.Generator().manual_seed(int(seed)).get_state()
+                self.collect_rngs.append(_MemberRNG(state))
+                block_actors.append(actor)
+        blocks = {1 if w is None else len(w) for w in worker_seeds or [None]}
+        if len(blocks) != 1:  # the policy splits the rows into equal blocks
+            raise ValueError("every member must collect with the same number of workers")
+        self._policy = PopulationPolicy(block_actors, self.collect_rngs)
+        #: one block per member (evaluation plays each member's episodes in one block)
+        self._member_policy = (
+            self._policy
+            if len(block_actors) == len(actors)
+            else PopulationPolicy(actors, self.rngs)
+        )
         self._groups: dict[tuple, _VmapGroup] = {}
         # each member loss's parameters and buffers by name, the live tensors (read once per
         # loss: optimisers and checkpoint loads update them in place)
@@ -460,6 +500,11 @@ class PopulationLearner(Learner):
 
     def eval_policy(self) -> nn.Module:
         return self.members[0].eval_policy()
+
+    def member_policy(self) -> PopulationPolicy:
+        """Member ``i``'s actor on the ``i``-th of ``P`` equal blocks of rows (what evaluation
+        plays; the collection policy may split a member's rows further, by worker)."""
+        return self._member_policy
 
     def member_eval_policies(self) -> list[nn.Module]:
         return [m.eval_policy() for m in self.members]
@@ -730,6 +775,7 @@ def build_population(build, cfg, env, *, rank: int = 0, world_size: int = 1) -> 
         seeds=[seed for seed, _ in members],
         settings=[setting for _, setting in members],
         first=first,
+        worker_seeds=[cfg.worker_seeds(seed) for seed, _ in members],
     )
 
 
@@ -760,7 +806,15 @@ def env_seeds(cfg, members=None) -> list[int]:
     """Every sub-env's seed: member ``i``'s block is seeded as its standalone run's
     (``members``: a rank's block; default all of ``cfg.population_members()``)."""
     members = cfg.population_members() if members is None else members
-    return [seed + k for seed, _ in members for k in range(cfg.num_envs)]
+    seeds = []
+    for seed, _ in members:
+        workers = cfg.worker_seeds(seed)
+        if workers is None:  # the standalone run's own env
+            seeds += [seed + k for k in range(cfg.num_envs)]
+        else:  # its workers' envs, block by block
+            per_worker = cfg.num_envs // len(workers)
+            seeds += [w + k for w in workers for k in range(per_worker)]
+    return seeds
 
 
 def _label(setting: Mapping[str, Any]) -> str:
@@ -895,7 +949,7 @@ class PopulationReport:
                 deterministic=True,
                 repeats=learner.size,
             )
-        returns = self._evaluator.returns(learner.collect_policy()).reshape(learner.size, -1)
+        returns = self._evaluator.returns(learner.member_policy()).reshape(learner.size, -1)
         return [
             (float(r.mean()), float(r.std(unbiased=False)) if r.numel() > 1 else 0.0)
             for r in returns
