@@ -193,7 +193,7 @@ def test_registry_errors_name_the_fix():
     with pytest.raises(
         ValueError,
         match=r"--encoder mlp got image observations of shape \(96, 96, 3\): use --encoder "
-        r"nature\|impala\|minatar",
+        r"nature\|impala\|minatar\|flatten",
     ):
         make_encoder("mlp", (96, 96, 3))
     with pytest.raises(ValueError, match=r"--encoder nature needs image observations.*\[8\]"):
@@ -205,7 +205,37 @@ def test_registry_errors_name_the_fix():
     with pytest.raises(ValueError, match="features .* must be a positive int"):
         make_encoder("impala", ATARI, feature_dim=0)
     assert make_encoder("mlp", (8,)) == (None, 8)
-    assert list(ENCODERS) == ["mlp", "nature", "impala", "minatar"]
+    assert list(ENCODERS) == ["mlp", "nature", "impala", "minatar", "flatten"]
+    with pytest.raises(ValueError, match="--encoder flatten has no layer to size"):
+        make_encoder("flatten", MINATAR, feature_dim=128)
+
+
+def test_flatten_encoder_is_the_frame_as_one_vector_and_feeds_the_hidden_layers():
+    # gymnax-blines' MinAtar PPO network: the 10x10x4 frame flattened (flatten_3d), then
+    # separate actor and critic MLPs of two 256-unit ReLU layers
+    from rlkit.envs import make_env
+    from rlkit.modules import actor_critic_networks
+
+    enc, width = make_encoder("flatten", MINATAR)
+    assert width == 400
+    x = frames(MINATAR)  # uint8, channels-last
+    torch.testing.assert_close(enc(x), x.permute(0, 3, 1, 2).reshape(len(x), -1).float() / 255)
+    env = make_env("MinAtar/Breakout-v1", num_envs=2, seed=0)
+    actor, critic, _ = actor_critic_networks(
+        env, encoder="flatten", hidden=(256, 256), activation="relu"
+    )
+    td = env.reset()
+    flat = td["observation"].permute(0, 3, 1, 2).reshape(2, -1).float() / 255
+    for net, key in ((critic, "state_value"), (actor, "logits")):
+        linears = [m for m in net.modules() if isinstance(m, nn.Linear)]
+        assert [(m.in_features, m.out_features) for m in linears][:2] == [(400, 256), (256, 256)]
+        h = flat
+        for m in linears[:-1]:
+            h = F.relu(F.linear(h, m.weight, m.bias))
+        expected = F.linear(h, linears[-1].weight, linears[-1].bias)
+        out = net(td.clone())
+        torch.testing.assert_close(out[key].reshape(expected.shape), expected)
+    env.close()
 
 
 # --------------------------------------------------------------------------- the flags

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from rlkit.training.config import positive
 
 #: ``--encoder`` choices, the keys of :data:`rlkit.modules.networks.ENCODERS`
-ENCODERS = ("mlp", "nature", "impala", "minatar")
+ENCODERS = ("mlp", "nature", "impala", "minatar", "flatten")
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,8 @@ class EncoderConfig:
             "help": "observation encoder: mlp (flat vectors), or for images ([H, W, C] or "
             "[C, H, W], uint8 pixels scaled inside) nature (Mnih et al. 2015 DQN CNN), "
             "impala (Espeholt et al. 2018 residual CNN) or minatar (Young & Tian 2019: one "
-            "16-filter 3x3 conv); the --hidden layers follow it",
+            "16-filter 3x3 conv) or flatten (the pixels as one vector, no conv: gymnax-blines' "
+            "MinAtar MLP); the --hidden layers follow it",
             "choices": ENCODERS,
         },
     )

@@ -16,6 +16,7 @@ from rlkit.modules.critics import (
 from rlkit.modules.networks import (
     ENCODERS,
     ChannelsLast,
+    FlatImage,
     ImpalaCNN,
     MinAtarCNN,
     NatureCNN,
@@ -41,6 +42,7 @@ __all__ = [
     "ENCODERS",
     "ImpalaCNN",
     "MinAtarCNN",
+    "FlatImage",
     "NatureCNN",
     "Normalize",
     "ObservationNorm",

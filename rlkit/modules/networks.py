@@ -28,6 +28,7 @@ __all__ = [
     "ENCODERS",
     "ImpalaCNN",
     "MinAtarCNN",
+    "FlatImage",
     "NatureCNN",
     "image_layout",
     "init_orthogonal_",
@@ -366,6 +367,32 @@ class MinAtarCNN(_ImageEncoder):
             init_orthogonal_(m, HIDDEN_GAIN)
 
 
+class FlatImage(_ImageEncoder):
+    """No convolution: the image flattened to one vector (``C x H x W`` features), for an MLP
+    after it (``--encoder flatten --hidden 256 256``), as gymnax-blines' MinAtar PPO
+    (``flatten_3d``) and most PureJaxRL MinAtar baselines feed MinAtar's small frames.
+
+    Input: ``[*, C, H, W]``, uint8 (divided by 255) or float. Output: ``[*, C * H * W]``.
+
+    Example:
+        >>> FlatImage((4, 10, 10))(torch.zeros(2, 4, 10, 10, dtype=torch.uint8)).shape
+        torch.Size([2, 400])
+    """
+
+    def __init__(self, in_shape: Sequence[int], *, features: int | None = None) -> None:
+        super().__init__()
+        self.in_shape = self._check_shape(in_shape)
+        c, h, w = self.in_shape
+        if features is not None and features != c * h * w:
+            raise ValueError(
+                f"--encoder flatten has no layer to size: its width is the image's C x H x W "
+                f"= {c * h * w}, got --feature-dim {features}; size the layers after it with "
+                "--hidden, or drop --feature-dim"
+            )
+        self.out_features = c * h * w
+        self.net = nn.Flatten()
+
+
 class ChannelsLast(nn.Module):
     """Run a channels-first image encoder on ``[*, H, W, C]`` images (gymnasium's layout).
 
@@ -396,6 +423,7 @@ ENCODERS: dict[str, type[_ImageEncoder] | None] = {
     "nature": NatureCNN,
     "impala": ImpalaCNN,
     "minatar": MinAtarCNN,
+    "flatten": FlatImage,
 }
 IMAGE_ENCODERS = "|".join(name for name, cls in ENCODERS.items() if cls is not None)
 
@@ -437,7 +465,8 @@ def make_encoder(
 
     ``"mlp"``: no module (the MLP reads the flat observation); the width is the observation's.
     ``"nature"`` (:class:`NatureCNN`, Mnih et al. 2015), ``"impala"`` (:class:`ImpalaCNN`,
-    Espeholt et al. 2018) and ``"minatar"`` (:class:`MinAtarCNN`, Young & Tian 2019): image
+    Espeholt et al. 2018), ``"minatar"`` (:class:`MinAtarCNN`, Young & Tian 2019) and
+    ``"flatten"`` (:class:`FlatImage`: the pixels as one vector, for the MLP after it): image
     observations ``[H, W, C]`` or ``[C, H, W]`` (:func:`image_layout`; channels-last ones are
     wrapped in :class:`ChannelsLast`), uint8 pixels scaled to [0, 1] inside the encoder.
 
