@@ -445,25 +445,30 @@ class FrameReplay:
 
     def _draw(self, count: int) -> tuple[torch.Tensor, ...]:
         """``count`` sampleable steps ``(env, position)``, uniform with replacement, and their
-        windows' lengths and returns (as :meth:`_window`: the sampling reads them anyway)."""
+        windows' lengths and returns (as :meth:`_window`: the sampling reads them anyway).
+
+        Rejection: the slots whose step is not sampleable draw again, in order, until every
+        slot holds a sampleable one."""
         lowest = (self.head - self.size).clamp(min=0)
         filled = self.head - lowest
         bounds = filled.cumsum(0)
         slots = int(bounds[-1])
-        env = torch.empty(count, dtype=torch.long)
-        pos = torch.empty(count, dtype=torch.long)
-        length = torch.empty(count, dtype=torch.long)
-        total: torch.Tensor | None = None
-        todo = torch.arange(count)
-        while len(todo):
-            u = torch.randint(slots, (len(todo),))
+        offset = lowest - (bounds - filled)  # draw u of env e is position offset[e] + u
+
+        def draw(n: int) -> tuple[torch.Tensor, ...]:
+            u = torch.randint(slots, (n,))
             e = torch.searchsorted(bounds, u, right=True)
-            p = lowest[e] + u - (bounds[e] - filled[e])
-            ok, m, ret = self._window(e, p)
-            if total is None:
-                if bool(ok.all()):  # the common case: no draw rejected
-                    return e, p, m, ret
-                total = torch.empty((count, *ret.shape[1:]), dtype=ret.dtype)
+            p = offset[e] + u
+            return (e, p, *self._window(e, p))
+
+        if not count:
+            empty, reward = torch.zeros(0, dtype=torch.long), self._meta_rows("reward")
+            return empty, empty, empty, reward.new_zeros((0, *reward.shape[1:]))
+        # the first round fills every slot; only the rejected ones are written again
+        env, pos, ok, length, total = draw(count)
+        todo = (~ok).nonzero().squeeze(1)
+        while len(todo):
+            e, p, ok, m, ret = draw(len(todo))
             keep = todo[ok]
             env[keep], pos[keep], length[keep], total[keep] = e[ok], p[ok], m[ok], ret[ok]
             todo = todo[~ok]
