@@ -57,7 +57,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import NestedKey, TensorDict, TensorDictBase
 
 from rlkit import keys
 
@@ -73,6 +73,8 @@ _STEP_KEYS = {
     "done": keys.DONE,
 }
 _META = ("is_step", "start", *_STEP_KEYS)
+#: the batch leaves :meth:`FrameReplay.extend` stores
+_STORED_KEYS = (keys.OBSERVATION, keys.NEXT_OBSERVATION, *_STEP_KEYS.values())
 
 
 class FrameReplay:
@@ -134,6 +136,8 @@ class FrameReplay:
         self.open = torch.zeros(0, dtype=torch.bool)  # [N] position head - 1 awaits its step
         self.episode_start = torch.zeros(0, dtype=torch.long)  # [N] open episode's start
         self._resumed = False  # loaded from a checkpoint, no batch since
+        #: ``len(self)`` until the next write (None: to compute); see :meth:`__len__`
+        self._length: int | None = None
 
     # ------------------------------------------------------------------ storage
     def _allocate(self, batch: TensorDictBase) -> None:
@@ -160,6 +164,8 @@ class FrameReplay:
         # torch.empty: a 1M-slot Atari buffer reserves 7 GB without touching it; only slots
         # written are ever read
         self.frames = torch.empty((num, size, *frame), dtype=obs.dtype, device=self.device)
+        self._frame_numel = self.frames[0, 0].numel()
+        self._frame_rows = self._as_rows(self.frames)  # a view: writes go to self.frames
         self.meta = {"is_step": torch.zeros(num, size, dtype=torch.bool)}
         self.meta["start"] = torch.zeros(num, size, dtype=torch.long)
         for name, key in _STEP_KEYS.items():
@@ -168,6 +174,7 @@ class FrameReplay:
         self.head = torch.zeros(num, dtype=torch.long)
         self.open = torch.zeros(num, dtype=torch.bool)
         self.episode_start = torch.zeros(num, dtype=torch.long)
+        self._length = None
 
     @staticmethod
     def least_capacity(num_envs: int, steps: int, *, frame_stack: int, n_steps: int) -> int:
@@ -186,17 +193,18 @@ class FrameReplay:
         tensors = [self.frames, *self.meta.values()] if self.frames is not None else []
         return sum(t.numel() * t.element_size() for t in tensors)
 
-    def _check_batch(self, batch: TensorDictBase) -> None:
+    def _check_batch(self, batch: TensorDictBase) -> dict[NestedKey, torch.Tensor]:
+        """Refuse a batch this buffer cannot store; return the leaves it stores, by key."""
         if batch.batch_dims != 2:
             raise ValueError(
                 "FrameReplay.extend needs a collector batch [N envs, T steps] (each env's "
                 f"steps in order), got batch_size {list(batch.batch_size)}"
             )
-        missing = [k for k in (keys.OBSERVATION, keys.NEXT_OBSERVATION, *_STEP_KEYS.values())
-                   if k not in batch.keys(include_nested=True)]  # fmt: skip
+        leaves = {k: batch.get(k, None) for k in _STORED_KEYS}
+        missing = [k for k, value in leaves.items() if value is None]
         if missing:
             raise KeyError(f"FrameReplay.extend: the batch lacks {missing} (the collector's keys)")
-        obs, nxt = batch.get(keys.OBSERVATION), batch.get(keys.NEXT_OBSERVATION)
+        obs, nxt = leaves[keys.OBSERVATION], leaves[keys.NEXT_OBSERVATION]
         if obs.shape != nxt.shape or obs.dtype != nxt.dtype:
             raise ValueError(
                 f"FrameReplay: observation {obs.dtype} {list(obs.shape)} and next observation "
@@ -219,35 +227,44 @@ class FrameReplay:
                     f"{obs.dtype}: keep pixels uint8 from the env to the network (scale them "
                     "in the encoder)"
                 )
+        return leaves
 
     # ------------------------------------------------------------------ writing
     def extend(self, batch: TensorDictBase) -> None:
         """Store a collector batch ``[N, T]`` (each env's steps in order, every batch
         continuing the previous one). Raises ``ValueError`` where the storage would not
         read its observations back exactly (see the module docstring)."""
-        self._check_batch(batch)
+        leaves = self._check_batch(batch)
         if not batch.batch_size[1]:
             return
         if self.frames is None:
             self._allocate(batch)
-        batch = batch.to("cpu")
-        obs, nxt = batch.get(keys.OBSERVATION), batch.get(keys.NEXT_OBSERVATION)
+        self._length = None
+        # the stored leaves on the CPU (no-ops there): ``batch.to("cpu")`` rebuilt the whole
+        # TensorDict, every key, at each call: 1.2 of the 2.9 ms of a one-step MinAtar
+        # extend under cProfile here
+        leaves = {k: value.to("cpu") for k, value in leaves.items()}
+        obs, nxt = leaves[keys.OBSERVATION], leaves[keys.NEXT_OBSERVATION]
         num, steps = batch.batch_size
         if steps + 2 > self.size:
             raise ValueError(f"FrameReplay: a batch of {steps} steps overfills its ring")
         if self._resumed:
             self._resumed = False
             self._cut_discontinued(obs)
-        done = batch.get(keys.DONE).reshape(num, steps)
+        done = leaves[keys.DONE].reshape(num, steps)
         pos, start, prefix = self._positions(done.tolist(), lambda e, t: self._padded(obs[e, t]))
         size, k = self.size, self.frame_stack
         env = torch.arange(num)[:, None].expand(num, steps)
+        base = env * size
         # the next observation's frame at p + 1 (the final slot after a done step), then
-        # older frames before an episode start that is not reset-padded, then the steps
-        after = (pos + 1) % size
-        self._write_frames(env, after, self._newest(nxt))
-        self.meta["is_step"][env, after] = False
-        self.meta["start"][env, after] = start
+        # older frames before an episode start that is not reset-padded, then the steps;
+        # rows of the [N * size] views (index_copy_ of distinct rows: what the [env, slot]
+        # assignment did, with fewer index computations per call)
+        starts = start.reshape(-1)
+        after = (base + (pos + 1) % size).reshape(-1)
+        self._write_rows(after, self._newest(nxt))
+        self._meta_rows("is_step").index_fill_(0, after, False)
+        self._meta_rows("start").index_copy_(0, after, starts)
         if prefix.any():
             e, t = prefix.nonzero(as_tuple=True)
             for j in range(k - 1):
@@ -255,14 +272,16 @@ class FrameReplay:
                 self._write_frames(e, slot, obs[e, t, j])
                 self.meta["is_step"][e, slot] = False
                 self.meta["start"][e, slot] = start[e, t]
-        here = pos % size
-        self._write_frames(env, here, self._newest(obs))
-        self.meta["is_step"][env, here] = True
-        self.meta["start"][env, here] = start
+        here = (base + pos % size).reshape(-1)
+        self._write_rows(here, self._newest(obs))
+        self._meta_rows("is_step").index_fill_(0, here, True)
+        self._meta_rows("start").index_copy_(0, here, starts)
         for name, key in _STEP_KEYS.items():
-            self.meta[name][env, here] = batch.get(key)
+            rows = self._meta_rows(name)
+            values = leaves[key].reshape(len(here), *rows.shape[1:])
+            rows.index_copy_(0, here, values.to(rows.dtype))
         if self.check:
-            self._check_readback(batch, pos, start)
+            self._check_readback(obs, nxt, pos, start)
 
     def _cut_discontinued(self, obs: torch.Tensor) -> None:
         """The first batch after :meth:`load_state_dict`: an env whose observation does not
@@ -291,19 +310,34 @@ class FrameReplay:
         """Frames as ``[count, words]`` of the widest integer dividing a frame's bytes:
         index_select / index_copy_ of whole rows, measured 4x faster as int64 than as uint8
         (and 6x faster than advanced indexing of ``[N, size, *frame]``) on CPU here."""
-        row = self.frames[0, 0].numel() * self.frames.element_size()
+        row = self._frame_numel * self.frames.element_size()
         wide = next(d for d in (torch.int64, torch.int32, torch.int16, torch.uint8)
                     if row % d.itemsize == 0)  # fmt: skip
         data = frames.contiguous()
-        count = data.numel() // self.frames[0, 0].numel()
+        count = data.numel() // self._frame_numel
         return data.view(-1).view(torch.uint8).view(count, row).view(wide)
+
+    def _meta_rows(self, name: str) -> torch.Tensor:
+        """``meta[name]`` ``[N, size, ...]`` viewed as ``[N * size, ...]`` (row ``env * size +
+        slot``): one index_select / index_copy_ on it reads or writes what ``[env, slot]``
+        does, with one index tensor instead of two."""
+        values = self.meta[name]
+        return values.view(-1, *values.shape[2:])
+
+    def _gather(self, name: str, rows: torch.Tensor) -> torch.Tensor:
+        """``meta[name]`` at the rows ``env * size + slot``: ``meta[name][env, slot]``."""
+        return self._meta_rows(name).index_select(0, rows)
+
+    def _write_rows(self, rows: torch.Tensor, frames: torch.Tensor) -> None:
+        """Write ``frames`` ``[count, *frame]`` to the distinct rows ``env * size + slot``."""
+        source = self._as_rows(frames.to(self.device))
+        self._frame_rows.index_copy_(0, rows.to(self.device), source)
 
     def _from_rows(self, rows: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
         return rows.view(torch.uint8).view(self.frames.dtype).view(shape)
 
     def _write_frames(self, env: torch.Tensor, slot: torch.Tensor, frames: torch.Tensor):
-        source = self._as_rows(frames.to(self.device))
-        self._as_rows(self.frames).index_copy_(0, self._rows(env.expand_as(slot), slot), source)
+        self._write_rows(self._rows(env.expand_as(slot), slot), frames)
 
     def _positions(self, done: list, padded):
         """Positions ``[N, T]`` of the steps, their episodes' starts, and which steps start
@@ -335,28 +369,37 @@ class FrameReplay:
         self.episode_start = torch.tensor(starts, dtype=torch.long)
         return torch.tensor(pos), torch.tensor(start), torch.tensor(prefix)
 
-    def _check_readback(self, batch: TensorDictBase, pos: torch.Tensor, start: torch.Tensor):
-        env = torch.arange(pos.shape[0])[:, None].expand_as(pos)
-        for key, at in ((keys.OBSERVATION, pos), (keys.NEXT_OBSERVATION, pos + 1)):
-            stored = self._stack(env.reshape(-1), at.reshape(-1), start.reshape(-1))
-            given = batch.get(key).to(self.device)
-            if not _bitwise_equal(stored.reshape(given.shape), given):
-                raise ValueError(
-                    f"FrameReplay cannot store these observations exactly: {key!r} read back "
-                    f"from the stored frames differs from the batch's. With frame_stack="
-                    f"{self.frame_stack} each observation must be the last {self.frame_stack} "
-                    "frames along dim 0 (padded as gymnasium's FrameStackObservation pads), "
-                    "and each batch must continue the previous one env by env (one collector, "
-                    "steps in order). Build the replay with the env's true frame stack "
-                    "(frame_stack=1 stores whole observations), or use the ordinary replay "
-                    "(--frame-replay false)"
-                )
+    def _check_readback(
+        self, obs: torch.Tensor, nxt: torch.Tensor, pos: torch.Tensor, start: torch.Tensor
+    ) -> None:
+        """Read the batch's observations and next observations back from the storage (one
+        gather and one comparison for both) and refuse the batch where they differ."""
+        count, shape = pos.numel(), self.observation_shape
+        env = torch.arange(pos.shape[0])[:, None].expand_as(pos).reshape(-1).repeat(2)
+        at = torch.cat([pos.reshape(-1), pos.reshape(-1) + 1])
+        stored = self._stack(env, at, start.reshape(-1).repeat(2))
+        given = torch.cat([obs.reshape(count, *shape), nxt.reshape(count, *shape)])
+        given = given.to(self.device)
+        if _bitwise_equal(stored.reshape(given.shape), given):
+            return
+        differs = not _bitwise_equal(stored[:count].reshape(count, *shape), given[:count])
+        key = keys.OBSERVATION if differs else keys.NEXT_OBSERVATION
+        raise ValueError(
+            f"FrameReplay cannot store these observations exactly: {key!r} read back "
+            f"from the stored frames differs from the batch's. With frame_stack="
+            f"{self.frame_stack} each observation must be the last {self.frame_stack} "
+            "frames along dim 0 (padded as gymnasium's FrameStackObservation pads), "
+            "and each batch must continue the previous one env by env (one collector, "
+            "steps in order). Build the replay with the env's true frame stack "
+            "(frame_stack=1 stores whole observations), or use the ordinary replay "
+            "(--frame-replay false)"
+        )
 
     # ------------------------------------------------------------------ reading
     def _stack(self, env: torch.Tensor, at: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
         """Observations ``[B, *obs]`` whose newest frame is at positions ``at``."""
         k, frame = self.frame_stack, tuple(self.frames.shape[2:])
-        flat = self._as_rows(self.frames)
+        flat = self._frame_rows
         if k == 1:
             rows = flat.index_select(0, self._rows(env, at % self.size))
             return self._from_rows(rows, (len(at), *frame))
@@ -366,48 +409,70 @@ class FrameReplay:
         return self._from_rows(rows, (len(at), k, *frame))
 
     def _window(self, env: torch.Tensor, pos: torch.Tensor):
-        """For steps ``(env, pos)``: whether sampleable, and the n-step length ``m``,
-        return and last step of each window."""
+        """For steps ``(env, pos)``: whether sampleable, and the n-step length ``m`` and
+        return of each window (where sampleable; the others' are unspecified)."""
         size, head = self.size, self.head[env]
-        meta = self.meta
-        slot = pos % size
+        base = env * size
+        rows = base + pos % size
         lowest = (head - size).clamp(min=0)
-        is_step = (pos >= lowest) & (pos < head) & meta["is_step"][env, slot]
-        first = torch.maximum(pos - (self.frame_stack - 1), meta["start"][env, slot])
-        ok = is_step & (first >= lowest)
-        total = torch.zeros_like(meta["reward"][env, slot])
+        step = self._gather("is_step", rows)
+        first = torch.maximum(pos - (self.frame_stack - 1), self._gather("start", rows))
+        if self.n_steps == 1:
+            # the loop below for j = 0 alone: a step slot, its frames not overwritten, and
+            # stored (at most head - 2, which implies < head); its window is itself, and an
+            # n = 1 transition reads its reward from the storage. About 25 tensor ops fewer
+            # per call (0.2 ms here; each minibatch calls it twice, each write once)
+            ok = (pos >= lowest) & (pos <= head - 2) & step & (first >= lowest)
+            return ok, torch.ones_like(pos), self._gather("reward", rows)
+        ok = (pos >= lowest) & (pos < head) & step & (first >= lowest)
+        rewards = self._meta_rows("reward")
+        total = torch.zeros((len(pos), *rewards.shape[1:]), dtype=rewards.dtype)
         length = torch.zeros_like(pos)
         alive = torch.ones_like(ok)
         for j in range(self.n_steps):
             q = pos + j
-            slot_q = q % size
+            # step p + j's row; for j = 0 the step itself, already read
+            rows_q = rows if j == 0 else base + q % size
             # step p + j is stored (positions up to head - 2 hold steps or final slots)
-            stored = (q <= head - 2) & meta["is_step"][env, slot_q]
+            stored = (q <= head - 2) & (step if j == 0 else self._gather("is_step", rows_q))
             ok &= ~alive | stored
             alive &= stored
-            reward = self.gamma**j * meta["reward"][env, slot_q]
+            reward = self.gamma**j * rewards.index_select(0, rows_q)
             total = total + torch.where(alive.view(-1, *[1] * (reward.dim() - 1)), reward, 0.0)
             length = torch.where(alive, j + 1, length)
-            alive &= ~meta["done"][env, slot_q].reshape(len(pos), -1).any(-1)
+            alive &= ~self._gather("done", rows_q).reshape(len(pos), -1).any(-1)
         return ok, length, total
 
-    def _draw(self, count: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``count`` sampleable steps ``(env, position)``, uniform with replacement."""
+    def _draw(self, count: int) -> tuple[torch.Tensor, ...]:
+        """``count`` sampleable steps ``(env, position)``, uniform with replacement, and their
+        windows' lengths and returns (as :meth:`_window`: the sampling reads them anyway).
+
+        Rejection: the slots whose step is not sampleable draw again, in order, until every
+        slot holds a sampleable one."""
         lowest = (self.head - self.size).clamp(min=0)
         filled = self.head - lowest
         bounds = filled.cumsum(0)
-        total = int(bounds[-1])
-        env = torch.empty(count, dtype=torch.long)
-        pos = torch.empty(count, dtype=torch.long)
-        todo = torch.arange(count)
-        while len(todo):
-            u = torch.randint(total, (len(todo),))
+        slots = int(bounds[-1])
+        offset = lowest - (bounds - filled)  # draw u of env e is position offset[e] + u
+
+        def draw(n: int) -> tuple[torch.Tensor, ...]:
+            u = torch.randint(slots, (n,))
             e = torch.searchsorted(bounds, u, right=True)
-            p = lowest[e] + u - (bounds[e] - filled[e])
-            ok = self._window(e, p)[0]
-            env[todo[ok]], pos[todo[ok]] = e[ok], p[ok]
+            p = offset[e] + u
+            return (e, p, *self._window(e, p))
+
+        if not count:
+            empty, reward = torch.zeros(0, dtype=torch.long), self._meta_rows("reward")
+            return empty, empty, empty, reward.new_zeros((0, *reward.shape[1:]))
+        # the first round fills every slot; only the rejected ones are written again
+        env, pos, ok, length, total = draw(count)
+        todo = (~ok).nonzero().squeeze(1)
+        while len(todo):
+            e, p, ok, m, ret = draw(len(todo))
+            keep = todo[ok]
+            env[keep], pos[keep], length[keep], total[keep] = e[ok], p[ok], m[ok], ret[ok]
             todo = todo[~ok]
-        return env, pos
+        return env, pos, length, total
 
     def transitions_at(self, env: torch.Tensor, pos: torch.Tensor) -> TensorDict:
         """The transitions of steps ``(env, pos)`` (all sampleable), keys and shapes as the
@@ -415,27 +480,34 @@ class FrameReplay:
         ok, length, total = self._window(env, pos)
         if not bool(ok.all()):
             raise IndexError("FrameReplay.transitions_at: a requested step is not sampleable")
-        slot = pos % self.size
-        start = self.meta["start"][env, slot]
-        last = (pos + length - 1) % self.size
-        out = TensorDict(
-            {
-                keys.OBSERVATION: self._stack(env, pos, start),
-                keys.ACTION: self.meta["action"][env, slot].to(self.device),
-                keys.NEXT_OBSERVATION: self._stack(env, pos + length, start),
-                keys.TERMINATED: self.meta["terminated"][env, last].to(self.device),
-            },
-            batch_size=[len(pos)],
-            device=self.device,
-        )
+        return self._transitions(env, pos, length, total)
+
+    def _transitions(
+        self, env: torch.Tensor, pos: torch.Tensor, length: torch.Tensor, total: torch.Tensor
+    ) -> TensorDict:
+        """:meth:`transitions_at` of sampleable steps whose :meth:`_window` is
+        ``length``, ``total``."""
+        base, device = env * self.size, self.device
+        rows = base + pos % self.size
+        last = base + (pos + length - 1) % self.size
+        start = self._gather("start", rows) if self.frame_stack > 1 else None
+        nxt = {
+            keys.OBSERVATION: self._stack(env, pos + length, start),
+            keys.TERMINATED[-1]: self._gather("terminated", last).to(device),
+        }
+        out = {
+            keys.OBSERVATION: self._stack(env, pos, start),
+            keys.ACTION: self._gather("action", rows).to(device),
+            keys.NEXT: nxt,
+        }
         if self.n_steps == 1:
-            out.set(keys.REWARD, self.meta["reward"][env, slot].to(self.device))
-            return out
-        out.set(keys.DONE, self.meta["done"][env, last].to(self.device))
-        out.set(keys.REWARD, total.to(self.device))
-        discount = torch.pow(self.gamma, length.to(total.dtype)).unsqueeze(-1)
-        out.set(keys.BOOTSTRAP_DISCOUNT, discount.to(self.device))
-        return out
+            nxt[keys.REWARD[-1]] = self._gather("reward", rows).to(device)
+        else:
+            nxt[keys.DONE[-1]] = self._gather("done", last).to(device)
+            nxt[keys.REWARD[-1]] = total.to(device)
+            discount = torch.pow(self.gamma, length.to(total.dtype)).unsqueeze(-1)
+            out[keys.BOOTSTRAP_DISCOUNT] = discount.to(device)
+        return _tensordict(out, len(pos), device)
 
     def sampleable(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Every sampleable step ``(env, position)``, env-major and in time order (a scan of
@@ -453,19 +525,28 @@ class FrameReplay:
         and the oldest whose earlier frames were overwritten."""
         if self.frames is None:
             return 0
-        n, k, num = self.n_steps, self.frame_stack, self.num_envs
-        lowest = (self.head - self.size).clamp(min=0)
-        edges = torch.cat(
-            [self.head[:, None] - n - 1 + torch.arange(n + 1), lowest[:, None] + torch.arange(k)],
-            dim=1,
-        )
-        env = torch.arange(num)[:, None].expand_as(edges)
-        pairs = torch.unique(torch.stack([env.reshape(-1), edges.reshape(-1)], 1), dim=0)
-        env, pos = pairs[:, 0], pairs[:, 1]
-        inside = (pos >= lowest[env]) & (pos < self.head[env])
-        env, pos = env[inside], pos[inside]
-        stale = self.meta["is_step"][env, pos % self.size] & ~self._window(env, pos)[0]
-        return int(self.meta["is_step"].sum()) - int(stale.sum())
+        if self._length is None:  # once per write: the learner asks several times a batch
+            self._length = self._count_sampleable()
+        return self._length
+
+    def _count_sampleable(self) -> int:
+        """:meth:`__len__`: the step slots less the stale ones, found among each env's
+        newest ``n + 1`` and oldest ``k`` positions."""
+        n, k, size = self.n_steps, self.frame_stack, self.size
+        # the edge positions as Python ints (a few per env): a handful of tensor ops fewer
+        # than building them as tensors, about 0.3 ms of a 0.6 ms count measured here
+        edges = set()
+        for e, head in enumerate(self.head.tolist()):
+            lowest = max(head - size, 0)
+            for p in (*range(head - n - 1, head), *range(lowest, lowest + k)):
+                if lowest <= p < head:
+                    edges.add((e, p))
+        stored = int(torch.count_nonzero(self.meta["is_step"]))  # 63 us, sum() 117 us here
+        if not edges:
+            return stored
+        env, pos = torch.tensor(sorted(edges)).unbind(1)
+        stale = self._gather("is_step", env * size + pos % size) & ~self._window(env, pos)[0]
+        return stored - int(stale.sum())
 
     def minibatches(self, steps: int, batch_size: int) -> Iterator[TensorDictBase]:
         """``steps`` minibatches of ``batch_size`` transitions, their steps drawn at once
@@ -474,10 +555,10 @@ class FrameReplay:
             return
         if not len(self):
             raise ValueError("FrameReplay: nothing to sample yet (no complete window stored)")
-        env, pos = self._draw(steps * batch_size)
+        drawn = self._draw(steps * batch_size)
         # built one minibatch at a time: 1,000 Atari minibatches of 32 at once would be 1.8 GB
-        for e, p in zip(env.split(batch_size), pos.split(batch_size), strict=True):
-            yield self.transitions_at(e, p)
+        for e, p, m, ret in zip(*(t.split(batch_size) for t in drawn), strict=True):
+            yield self._transitions(e, p, m, ret)
 
     # ------------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict[str, Any]:
@@ -529,6 +610,18 @@ class FrameReplay:
         for name in ("head", "open", "episode_start"):
             setattr(self, name, state[name].clone())
         self._resumed = True
+        self._length = None
+
+
+def _tensordict(entries: dict, batch: int, device: torch.device) -> TensorDict:
+    """``TensorDict(entries, [batch], device=device)`` (one level of nested dicts) for
+    tensors already of that batch size on that device, without the constructor's per-entry
+    checks and copies."""
+    size = torch.Size([batch])
+    tensors = {
+        k: _tensordict(v, batch, device) if isinstance(v, dict) else v for k, v in entries.items()
+    }
+    return TensorDict._new_unsafe(tensors, batch_size=size, device=device)
 
 
 def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:

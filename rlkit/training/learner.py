@@ -181,9 +181,13 @@ class Context:
             self._all_reduce_grads(params)
         if transform_grads is not None:
             transform_grads()
-        norm = torch.nn.utils.clip_grad_norm_(
-            params, max_grad_norm if max_grad_norm else math.inf, foreach=True
-        )
+        if max_grad_norm:
+            norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
+        else:
+            # the norm only: clip_grad_norm_ with an infinite bound scales every gradient by
+            # exactly 1 after computing this same norm (one multiply per parameter skipped)
+            grads = [p.grad for p in params if p.grad is not None]
+            norm = torch.nn.utils.get_total_norm(grads, foreach=True)
         norm_value = float(norm)
         if not math.isfinite(norm_value):
             shown = "?" if loss is None else f"{float(loss):.4g}"

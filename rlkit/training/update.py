@@ -136,8 +136,14 @@ class MeanMetrics:
             if all(isinstance(v, float) for v in vs):
                 out[k] = max(vs) if k.endswith("_max") else sum(vs) / len(vs)
                 continue
-            stacked = torch.stack([torch.as_tensor(v).float().reshape(()) for v in vs])
-            tensors.append(stacked.max() if k.endswith("_max") else stacked.mean())
+            values = [torch.as_tensor(v).float().reshape(()) for v in vs]
+            if len(values) == 1:
+                # the mean (and max) of one value is that value, bit for bit: an off-policy
+                # learner's one gradient step per batch skips a stack and a reduction per name
+                tensors.append(values[0])
+            else:
+                stacked = torch.stack(values)
+                tensors.append(stacked.max() if k.endswith("_max") else stacked.mean())
             names.append(k)
         if tensors:  # one host transfer for every tensor-valued name
             out.update(zip(names, torch.stack(tensors).tolist()))
