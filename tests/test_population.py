@@ -288,6 +288,8 @@ def test_sync_vtrace_members_match_standalone_runs_and_resume_as_they_do(tmp_pat
     processes (a member's rows are split into its workers' blocks, seeded and sampled as
     theirs). Then every run is resumed for one more batch: the members again end where
     the resumed standalone runs end (new workers, fresh streams, as a standalone resume)."""
+    import json
+
     main = load(algo).main
     run = tmp_path / "pop"
     main([*SYNC, *SYNC_SWEEP, "--total-frames", "128", "--run-dir", str(run)])
@@ -316,9 +318,14 @@ def test_sync_vtrace_members_match_standalone_runs_and_resume_as_they_do(tmp_pat
     assert apart > 1e-4  # the settings made different runs
     resume = ["--resume", "last", "--total-frames", "192"]
     main([*SYNC, *SYNC_SWEEP, *resume, "--run-dir", str(run)])
+    finals = []
     for solo, (lr, ent) in zip(solos, settings):
-        main([*SYNC, "--lr", lr, "--entropy-coef", ent, *resume, "--run-dir", str(solo)])
+        summary = main([*SYNC, "--lr", lr, "--entropy-coef", ent, *resume, "--run-dir", str(solo)])
+        finals.append(summary["eval_return_mean"])
     assert max(diffs()) < 1e-5, diffs()
+    # each member is evaluated on its own (deterministic) episodes as its standalone run is
+    report = json.loads((run / "population.json").read_text())
+    assert [m["eval_return_mean"] for m in report["members"]] == pytest.approx(finals)
 
 
 @pytest.mark.parametrize("algo", ["impala", "appo"])
