@@ -276,10 +276,32 @@ def _preset(name: str, env: str, argv: list[str] | None = None):
 def test_a_suite_id_alone_picks_the_suites_network(name):
     minatar = _preset(name, "MinAtar/Breakout-v1")
     atari = _preset(name, "ALE/Breakout-v5")
-    assert (minatar.encoder, minatar.hidden) == ("minatar", ())
+    # PPO's MinAtar preset (and DAAC's and RND's, built on it) is gymnax-blines' MLP
+    network = ("flatten", (256, 256)) if name in ("ppo", "daac", "rnd") else ("minatar", ())
+    assert (minatar.encoder, minatar.hidden) == network
     assert (atari.encoder, atari.hidden) == ("nature", ())
     assert _preset(name, "MinAtar/Breakout-v1", ["--encoder", "impala"]).encoder == "impala"
     assert _preset(name, "CartPole-v1").encoder == "mlp"
+
+
+def test_ppo_minatar_preset_is_gymnax_blines():
+    # gymnax-blines agents/Breakout-MinAtar/ppo.yaml (and SpaceInvaders'): num_train_envs 64,
+    # n_steps 128, n_minibatch 8, epoch_ppo 4, lr 5e-4 (begin = end), gamma 0.999,
+    # gae_lambda 0.95, clip_eps 0.2 (ratio and value, utils/ppo.py), entropy_coeff 0.01,
+    # critic_coeff 0.5, max_grad_norm 0.5, Adam eps 1e-5, 10M steps; Categorical-MLP of two
+    # 256-unit ReLU layers per network on the flattened frame; evaluation samples actions
+    for game in ("Breakout", "SpaceInvaders"):
+        cfg = _preset("ppo", f"MinAtar/{game}-v1")
+        assert (cfg.num_envs, cfg.rollout_steps, cfg.epochs) == (64, 128, 4)
+        assert cfg.num_envs * cfg.rollout_steps // cfg.minibatch_size == 8
+        assert (cfg.lr, cfg.lr_schedule, cfg.adam_eps) == (5e-4, "constant", 1e-5)
+        assert (cfg.gamma, cfg.gae_lambda, cfg.clip_epsilon, cfg.value_clip) == (
+            0.999, 0.95, 0.2, 0.2
+        )  # fmt: skip
+        assert (cfg.entropy_coef, cfg.value_coef, cfg.max_grad_norm) == (0.01, 0.5, 0.5)
+        assert (cfg.encoder, cfg.hidden, cfg.activation) == ("flatten", (256, 256), "relu")
+        assert (cfg.total_frames, cfg.normalize_advantage) == (10_000_000, True)
+        assert cfg.eval_deterministic is False
 
 
 def test_dqn_minatar_preset_is_the_minatar_papers():

@@ -89,8 +89,8 @@ def test_suite_presets_apply_to_every_id_of_the_suite():
     for game in ("Breakout", "SpaceInvaders"):
         cfg = parse_config(ppo.CONFIG, ["--env", f"MinAtar/{game}-v1"], presets=ppo.PRESETS)
         assert (cfg.encoder, cfg.hidden, cfg.num_envs, cfg.rollout_steps) == (
-            "minatar",
-            (),
+            "flatten",
+            (256, 256),
             64,
             128,
         )

@@ -23,11 +23,21 @@ SUITE_NETWORKS: dict[str, dict[str, Any]] = {
     "ALE/*": dict(encoder="nature", hidden=(), target_return=None),
 }
 
-#: PPO on MinAtar after gymnax-blines' MinAtar PPO config (train_config: 64 envs x 128 steps,
-#: 4 epochs of 8 minibatches, lr 5e-4 constant, clip 0.2, GAE lambda 0.95, entropy 0.01,
-#: value 0.5, gradient norm 0.5, Adam eps 1e-5, 10M steps), with gamma 0.99
+#: PPO on MinAtar: gymnax-blines' MinAtar PPO config (``agents/<Game>-MinAtar/ppo.yaml`` and
+#: ``utils/ppo.py``, the source of gymnax's published PPO returns: Breakout 28, SpaceInvaders
+#: 131 at 10M steps): 64 envs x 128 steps, 4 epochs of 8 minibatches, Adam lr 5e-4 constant
+#: (its warm-up runs from 5e-4 to 5e-4) and eps 1e-5, gamma 0.999, GAE lambda 0.95,
+#: advantages standardised per minibatch, clip 0.2 on the ratio and on the value (PPO2's
+#: value clipping), entropy 0.01, value 0.5, gradient norm 0.5, 10M steps; its network
+#: ("Categorical-MLP", ``flatten_3d``): the frame flattened, separate actor and critic MLPs of
+#: two 256-unit ReLU layers; and its evaluation, which samples the policy's actions. Until
+#: 2026-11-26 this preset used MinAtar's conv network, gamma 0.99, no value clip and greedy
+#: evaluation: seed 1 stalled at 6.5 from 1.2M frames on (docs/pixels.md).
 MINATAR_PPO: dict[str, Any] = dict(
-    SUITE_NETWORKS["MinAtar/*"],
+    encoder="flatten",
+    hidden=(256, 256),
+    activation="relu",
+    target_return=None,
     total_frames=10_000_000,
     num_envs=64,
     rollout_steps=128,
@@ -36,14 +46,16 @@ MINATAR_PPO: dict[str, Any] = dict(
     lr=5e-4,
     lr_schedule="constant",
     adam_eps=1e-5,
-    gamma=0.99,
+    gamma=0.999,
     gae_lambda=0.95,
     clip_epsilon=0.2,
     clip_epsilon_final=None,
+    value_clip=0.2,
     entropy_coef=0.01,
     value_coef=0.5,
     max_grad_norm=0.5,
     eval_every=250_000,
+    eval_deterministic=False,
 )
 
 #: PPO on Atari: CleanRL's ppo_atari.py (Huang et al. 2022, "The 37 implementation details
