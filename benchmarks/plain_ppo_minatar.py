@@ -9,12 +9,16 @@ It does the same work per frame as rlkit's ``MinAtar/*`` PPO preset
   ``uint8`` ``{0, 255}`` frames ``[10, 10, C]`` (rlkit's ``MinAtarUint8``), auto-reset
   disabled and finished envs reset through ``reset(options={"reset_mask": done})``, as
   ``rlkit.envs.make_env`` builds it;
-* networks: a separate actor and critic, each ``conv(16, 3x3) -> ReLU -> Linear(128) ->
-  ReLU -> head`` (Young & Tian 2019) on ``frames.movedim(-1, -3).float() / 255``;
-  orthogonal init, gain sqrt(2), heads 0.01 (policy) and 1 (value);
-* PPO: 64 envs x 128 steps, GAE(0.99, 0.95), 4 epochs of 1024-sample minibatches,
-  advantages standardised per minibatch, clip 0.2, unclipped value loss
-  ``0.5 * 0.5 * (V - target)^2``, entropy 0.01, gradient norm 0.5, Adam lr 5e-4 eps 1e-5;
+* networks: a separate actor and critic on ``frames.movedim(-1, -3).float() / 255``, each
+  ``flatten -> Linear(256) -> ReLU -> Linear(256) -> ReLU -> head`` (gymnax-blines'
+  Categorical-MLP, the preset's ``--encoder flatten --hidden 256 256 --activation relu``),
+  or with ``--network conv`` ``conv(16, 3x3) -> ReLU -> Linear(128) -> ReLU -> head``
+  (Young & Tian 2019, the preset's network until 2026-11-26); orthogonal init, gain sqrt(2),
+  heads 0.01 (policy) and 1 (value);
+* PPO: 64 envs x 128 steps, GAE(0.999, 0.95), 4 epochs of 1024-sample minibatches,
+  advantages standardised per minibatch, clip 0.2, value loss
+  ``0.5 * 0.5 * max((V - target)^2, (V_clipped - target)^2)`` with ``V`` clipped to
+  ``V_old +- 0.2``, entropy 0.01, gradient norm 0.5, Adam lr 5e-4 eps 1e-5;
 * one torch thread (rlkit's ``--threads 1``).
 
 Printed at the end: frames/s as rlkit's ``summary.json`` defines ``fps`` (frames / training
@@ -38,7 +42,7 @@ from torch import nn
 from torch.distributions import Categorical
 
 NUM_ENVS, ROLLOUT_STEPS, EPOCHS, MINIBATCH = 64, 128, 4, 1024
-LR, ADAM_EPS, GAMMA, GAE_LAMBDA = 5e-4, 1e-5, 0.99, 0.95
+LR, ADAM_EPS, GAMMA, GAE_LAMBDA = 5e-4, 1e-5, 0.999, 0.95
 CLIP, ENTROPY_COEF, VALUE_COEF, MAX_GRAD_NORM = 0.2, 0.01, 0.5, 0.5
 
 
@@ -71,8 +75,20 @@ def layer(module: nn.Module, gain: float = 2**0.5) -> nn.Module:
     return module
 
 
-def network(channels: int, outputs: int, head_gain: float) -> nn.Sequential:
-    """MinAtar's network on channels-first floats: conv(16, 3x3), dense 128, head."""
+def network(kind: str, shape: tuple, outputs: int, head_gain: float) -> nn.Sequential:
+    """On channels-first floats ``shape`` = (C, H, W): gymnax-blines' MLP (``mlp``: two
+    256-unit layers on the flattened frame) or MinAtar's (``conv``: conv(16, 3x3), dense
+    128), then the head."""
+    if kind == "mlp":
+        return nn.Sequential(
+            nn.Flatten(),
+            layer(nn.Linear(int(np.prod(shape)), 256)),
+            nn.ReLU(),
+            layer(nn.Linear(256, 256)),
+            nn.ReLU(),
+            layer(nn.Linear(256, outputs), head_gain),
+        )
+    channels = shape[0]
     return nn.Sequential(
         layer(nn.Conv2d(channels, 16, 3)),
         nn.ReLU(),
@@ -84,10 +100,10 @@ def network(channels: int, outputs: int, head_gain: float) -> nn.Sequential:
 
 
 class ActorCritic(nn.Module):
-    def __init__(self, channels: int, actions: int) -> None:
+    def __init__(self, kind: str, shape: tuple, actions: int) -> None:
         super().__init__()
-        self.actor = network(channels, actions, head_gain=0.01)
-        self.critic = network(channels, 1, head_gain=1.0)
+        self.actor = network(kind, shape, actions, head_gain=0.01)
+        self.critic = network(kind, shape, 1, head_gain=1.0)
 
     def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``frames`` uint8 ``[B, 10, 10, C]`` -> (logits ``[B, A]``, value ``[B]``)."""
@@ -100,13 +116,15 @@ def main() -> None:
     p.add_argument("--env", default="MinAtar/Breakout-v1")
     p.add_argument("--total-frames", type=int, default=262_144)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--network", choices=("mlp", "conv"), default="mlp")
     args = p.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
 
     envs = make_envs(args.env, NUM_ENVS)
     obs_shape = envs.single_observation_space.shape
-    model = ActorCritic(obs_shape[-1], int(envs.single_action_space.n))
+    chw = (obs_shape[-1], *obs_shape[:-1])
+    model = ActorCritic(args.network, chw, int(envs.single_action_space.n))
     optimizer = torch.optim.Adam(model.parameters(), lr=LR, eps=ADAM_EPS)
 
     n, t = NUM_ENVS, ROLLOUT_STEPS
@@ -156,7 +174,9 @@ def main() -> None:
 
         # EPOCHS passes over the batch in shuffled minibatches
         b_obs, b_actions = obs.reshape(-1, *obs_shape), actions.reshape(-1)
-        b_log_probs, b_adv, b_ret = (x.reshape(-1) for x in (log_probs, advantages, returns))
+        b_log_probs, b_adv, b_ret, b_val = (
+            x.reshape(-1) for x in (log_probs, advantages, returns, values)
+        )
         for _ in range(EPOCHS):
             for idx in torch.randperm(n * t).split(MINIBATCH):
                 logits, value = model(b_obs[idx])
@@ -166,7 +186,11 @@ def main() -> None:
                 adv = (adv - adv.mean()) / (adv.std() + 1e-8)
                 clipped = ratio.clamp(1.0 - CLIP, 1.0 + CLIP)
                 policy_loss = -torch.min(ratio * adv, clipped * adv).mean()
-                value_loss = 0.5 * (value - b_ret[idx]).pow(2).mean()
+                clipped_value = b_val[idx] + (value - b_val[idx]).clamp(-CLIP, CLIP)
+                value_loss = (
+                    0.5
+                    * torch.max((value - b_ret[idx]).pow(2), (clipped_value - b_ret[idx]).pow(2))
+                ).mean()
                 entropy = dist.entropy().mean()
                 loss = policy_loss + VALUE_COEF * value_loss - ENTROPY_COEF * entropy
                 optimizer.zero_grad()
@@ -185,6 +209,7 @@ def main() -> None:
     result = dict(
         env=args.env,
         seed=args.seed,
+        network=args.network,
         frames=frames,
         train_seconds=round(train_seconds, 3),
         fps=round(fps, 1),
