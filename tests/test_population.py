@@ -149,10 +149,18 @@ def test_state_dict_round_trip_keeps_streams_and_stops():
 def test_iqm_by_hand():
     assert iqm([1, 2, 3, 4]) == 2.5  # the middle two
     assert iqm([8, 1, 7, 2, 6, 3, 5, 4]) == 4.5  # 3, 4, 5, 6
-    # n = 5: quartiles at 1.25 and 3.75 -> 0.75 * 2 + 3 + 0.75 * 4 over 2.5
-    assert iqm([1, 2, 3, 4, 100]) == pytest.approx(3.0)
+    # n = 5, 7: rliable's trim (scipy.stats.trim_mean(x, 0.25)) drops int(n / 4) = 1 a side
+    assert iqm([10, 1, 3, 7, 2]) == pytest.approx(4.0)  # 2, 3, 7
+    assert iqm([5, 1, 9, 2, 8, 3, 100]) == pytest.approx(27 / 5)  # 2, 3, 5, 8, 9
     with pytest.raises(ValueError):
         iqm([])
+    import numpy as np
+
+    stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(0)
+    for n in range(1, 21):  # rliable's aggregate_iqm is this trim_mean
+        x = rng.normal(size=n) * 100
+        assert iqm(x) == pytest.approx(stats.trim_mean(x, 0.25), abs=1e-9), n
 
 
 def test_bootstrap_ci_brackets_the_iqm_and_collapses_for_equal_runs():

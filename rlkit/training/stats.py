@@ -10,19 +10,18 @@ __all__ = ["bootstrap_ci", "iqm"]
 
 
 def iqm(values: Sequence[float]) -> float:
-    """Interquartile mean: the mean of the middle 50% of ``values`` (Agarwal et al. 2021),
-    with the quartile boundaries splitting a value by weight when ``n`` is not a multiple
-    of 4 (as ``scipy.stats.trim_mean`` does not; rliable uses this fractional form)."""
+    """Interquartile mean as rliable computes it (``metrics.aggregate_iqm``, which is
+    ``scipy.stats.trim_mean(values, 0.25)``): drop ``int(n / 4)`` values from each end of
+    the sorted ``values`` and average the rest. For ``n`` a multiple of 4 that is exactly the
+    middle 50%. (Until 2026-11-26 this weighted the boundary values fractionally, which
+    differs from rliable's for other ``n``: e.g. -84.9 against -81.7 on seven runs.)"""
     x = sorted(float(v) for v in values)
     n = len(x)
     if n == 0:
         raise ValueError("iqm of no values")
-    lo, hi = n / 4, 3 * n / 4
-    total = 0.0
-    for i, v in enumerate(x):  # the weight of sample i inside [lo, hi]
-        w = max(0.0, min(i + 1, hi) - max(i, lo))
-        total += w * v
-    return total / (hi - lo)
+    cut = n // 4
+    middle = x[cut : n - cut]
+    return sum(middle) / len(middle)
 
 
 def bootstrap_ci(
