@@ -431,7 +431,7 @@ def _actor_from_particle_file(
             f"{str(path)!r} holds particle {own}, not {index}: pass index={own} or leave it out"
         )
     cfg = SVPGConfig(**stored_fields(stored, SVPGConfig))
-    env = make_env(cfg.env, num_envs=1)
+    env = make_env(cfg.env, num_envs=1, **cfg.gym_options())
     try:
         actor, _ = build_particles(
             env, num_particles=1, hidden=cfg.hidden, activation=cfg.activation
@@ -450,7 +450,7 @@ def _actor_from_checkpoint(payload: Mapping[str, Any], path: Path, index: int) -
 
     ckpt.check_compatible(payload, algo="svpg", path=path)
     cfg = SVPGConfig(**stored_fields(payload.get("config") or {}, SVPGConfig))
-    env = make_env(cfg.env, num_envs=cfg.num_envs)
+    env = make_env(cfg.env, num_envs=cfg.num_envs, **cfg.gym_options())
     try:
         learner = build(cfg, env)
     finally:

@@ -349,5 +349,6 @@ def _build(env, learner, device, *, num_workers, sync, env_kwargs):
         sync=sync,
         seed=cfg.seed + 1000 * rank,
         device=device,
-        env_kwargs=env_kwargs,
+        # --env-kwargs / --max-episode-steps reach the workers' envs as the engine's own
+        env_kwargs=cfg.gym_options() if env_kwargs is None else env_kwargs,
     )

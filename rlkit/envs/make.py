@@ -165,14 +165,23 @@ def _make_vector_env(
         kwargs["render_mode"] = render_mode
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", _SWIG_IMPORT_WARNING, DeprecationWarning)
-        return gymnasium.make_vec(
-            env_id,
-            num_envs=num_envs,
-            vectorization_mode="sync",
-            vector_kwargs={"autoreset_mode": gymnasium.vector.AutoresetMode.DISABLED},
-            wrappers=list(wrappers),
-            **kwargs,
-        )
+        try:
+            return gymnasium.make_vec(
+                env_id,
+                num_envs=num_envs,
+                vectorization_mode="sync",
+                vector_kwargs={"autoreset_mode": gymnasium.vector.AutoresetMode.DISABLED},
+                wrappers=list(wrappers),
+                **kwargs,
+            )
+        except TypeError as err:
+            if not env_kwargs or "unexpected keyword argument" not in str(err):
+                raise
+            raise ValueError(
+                f"{env_id} does not take the argument(s) {sorted(env_kwargs)} given by "
+                f"--env-kwargs / env_kwargs ({str(err).split(' was raised')[0]}): drop or "
+                "rename them; the env's constructor lists what it takes"
+            ) from None
 
 
 def _check_args(num_envs: int, max_episode_steps: int | None, gamma: float) -> None:

@@ -42,6 +42,22 @@ class TrainConfig:
     """Flags shared by every recipe."""
 
     env: str = field(default="CartPole-v1", metadata=_help("gymnasium environment id"))
+    env_kwargs: tuple[str, ...] | None = field(
+        default=None,
+        metadata=_help(
+            "keyword arguments for gymnasium.make, KEY=VALUE (repeatable; VALUE read as YAML: "
+            "0.0, true, text), for the training and evaluation envs, e.g. --env-kwargs "
+            "sticky_action_prob=0.0 (MinAtar) or --env-kwargs continuous=true (LunarLander)",
+            extend=True,
+        ),
+    )
+    max_episode_steps: int | None = field(
+        default=None,
+        metadata=_help(
+            "time limit of the training and evaluation envs: episodes are truncated after "
+            "this many steps (gymnasium's TimeLimit); none: the id's registered limit"
+        ),
+    )
     total_frames: int = field(
         default=100_000, metadata=_help("environment frames to train for, over all ranks")
     )
@@ -185,6 +201,18 @@ class TrainConfig:
         """Extra :func:`rlkit.envs.make_env` arguments for the training env (none here)."""
         return {}
 
+    def gym_options(self) -> dict[str, Any]:
+        """``--env-kwargs`` and ``--max-episode-steps`` as :func:`rlkit.envs.make_env`
+        arguments (``env_kwargs``, ``max_episode_steps``), for every env a run builds:
+        training, collector workers and evaluation. Empty when neither is set."""
+        options: dict[str, Any] = {}
+        kwargs = parse_env_kwargs(self.env_kwargs)
+        if kwargs:
+            options["env_kwargs"] = kwargs
+        if self.max_episode_steps is not None:
+            options["max_episode_steps"] = self.max_episode_steps
+        return options
+
     def worker_seeds(self, seed: int) -> list[int] | None:
         """How a standalone run with ``seed`` collects: ``None`` when it steps its envs in its
         own process (sub-env ``k`` seeded ``seed + k``, actions drawn from the run's own
@@ -197,7 +225,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _positive(self, "total_frames", "num_envs", "eval_episodes", "num_nodes", "threads")
-        _positive(self, "log_every", "eval_max_steps")
+        _positive(self, "log_every", "eval_max_steps", "max_episode_steps")
+        parse_env_kwargs(self.env_kwargs)  # refuses a malformed KEY=VALUE here, at parse time
         _non_negative(self, "eval_every", "checkpoint_every", "seed", "video_every")
         if self.target_return is not None and not math.isfinite(self.target_return):
             raise ValueError(
@@ -242,6 +271,40 @@ class TrainConfig:
                 "--eval-only runs in one process: drop --devices / --num-nodes (the "
                 "evaluation is seeded, more ranks would play the same episodes)"
             )
+
+
+#: ``gymnasium.make`` arguments that have their own flag or that rlkit sets itself
+_RESERVED_ENV_KWARGS = {
+    "max_episode_steps": "use --max-episode-steps N",
+    "render_mode": "rlkit sets it (rgb_array for --video)",
+}
+
+
+def parse_env_kwargs(items: Sequence[str] | None) -> dict[str, Any]:
+    """``("sticky_action_prob=0.0", "continuous=true")`` -> ``{"sticky_action_prob": 0.0,
+    "continuous": True}``: each value read as YAML (a number, a bool, ``null``, a list or
+    text). Raises ValueError naming the malformed item and the fix."""
+    out: dict[str, Any] = {}
+    for item in items or ():
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key.isidentifier():
+            raise ValueError(
+                f"--env-kwargs {item!r} is not KEY=VALUE with KEY a Python name: write e.g. "
+                "--env-kwargs sticky_action_prob=0.0"
+            )
+        if key in _RESERVED_ENV_KWARGS:
+            raise ValueError(f"--env-kwargs {key}=...: {_RESERVED_ENV_KWARGS[key]}")
+        if key in out:
+            raise ValueError(f"--env-kwargs sets {key} twice: keep one {key}=VALUE")
+        try:
+            out[key] = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError:
+            raise ValueError(
+                f"--env-kwargs {item!r}: the value is not a YAML scalar or list; quote text "
+                "or write a number, true/false or null"
+            ) from None
+    return out
 
 
 #: settings a sweep may not vary: where and how long a run goes, and what fixes tensor shapes

@@ -275,6 +275,7 @@ def _evaluate_only(fabric, cfg: TrainConfig, learner: Learner, env, run_dir: Pat
         device=fabric.device,
         deterministic=cfg.eval_deterministic,
         max_steps=cfg.eval_max_steps,
+        **cfg.gym_options(),
     )
     if cfg.eval_env:
         check_same_spaces(env, evaluator.env, train_id=cfg.env, eval_id=cfg.eval_env)
@@ -296,7 +297,14 @@ def _evaluate_only(fabric, cfg: TrainConfig, learner: Learner, env, run_dir: Pat
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "evaluation.json").write_text(json.dumps(result, indent=2) + "\n")
     if cfg.video:
-        _try_video(env_id, learner, run_dir, cfg.eval_deterministic, print_fn=_stderr)
+        _try_video(
+            env_id,
+            learner,
+            run_dir,
+            cfg.eval_deterministic,
+            print_fn=_stderr,
+            make_kwargs=cfg.gym_options(),
+        )
     print(
         f"{learner.algo} policy of {str(path)!r} ({result['trained_frames']:,} frames) on "
         f"{env_id}: return {mean:.2f} +- {std:.2f} over {len(returns)} {mode} episodes "
@@ -310,14 +318,27 @@ def _stderr(text: str) -> None:
 
 
 def _try_video(
-    env_id: str, learner: Learner, run_dir: Path, deterministic: bool, print_fn, name="eval.gif"
+    env_id: str,
+    learner: Learner,
+    run_dir: Path,
+    deterministic: bool,
+    print_fn,
+    name="eval.gif",
+    make_kwargs: dict | None = None,
 ):
-    """``<run-dir>/<name>``: a GIF of one evaluation episode; an optional extra, so a failure
-    warns in one line and the run keeps its results."""
+    """``<run-dir>/<name>``: a GIF of one evaluation episode (``make_kwargs``: the run's
+    ``cfg.gym_options()``); an optional extra, so a failure warns in one line and the run
+    keeps its results."""
     from rlkit.training.evaluation import record_gif
 
     try:
-        record_gif(env_id, learner.eval_policy(), run_dir / name, deterministic=deterministic)
+        record_gif(
+            env_id,
+            learner.eval_policy(),
+            run_dir / name,
+            deterministic=deterministic,
+            **(make_kwargs or {}),
+        )
     except Exception as err:
         text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         print_fn(f"warning: could not record {name} ({type(err).__name__}: {text})")
@@ -458,7 +479,11 @@ class Engine:
             env = make_population_env(cfg, make_env, **split)
         else:
             env = make_env(
-                cfg.env, num_envs=cfg.num_envs, seed=cfg.seed + 1000 * rank, **cfg.env_options()
+                cfg.env,
+                num_envs=cfg.num_envs,
+                seed=cfg.seed + 1000 * rank,
+                **cfg.env_options(),
+                **cfg.gym_options(),
             )
         try:
             # statistics that live in the env (reward scaling) are checkpointed with the
@@ -488,6 +513,7 @@ class Engine:
                 device=fabric.device,
                 deterministic=cfg.eval_deterministic,
                 max_steps=cfg.eval_max_steps,
+                **cfg.gym_options(),
             )
             if cfg.eval_env:
                 check_same_spaces(env, built.evaluator.env, train_id=cfg.env, eval_id=cfg.eval_env)
@@ -754,6 +780,7 @@ class _LoopState:
                     self.cfg.eval_deterministic,
                     print_fn=self.log.progress.message,
                     name=f"videos/eval_{c.frames:012d}.gif",
+                    make_kwargs=self.cfg.gym_options(),
                 )
         return mean, std
 
@@ -865,6 +892,7 @@ class _LoopState:
                 self.run_dir,
                 cfg.eval_deterministic,
                 print_fn=self.log.progress.message,
+                make_kwargs=cfg.gym_options(),
             )
         solved = f", target reached at {c.solved_frames:,} frames" if summary["solved"] else ""
         self.log.progress.message(

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import torch
 from tensordict import TensorDict
@@ -61,6 +62,8 @@ class Evaluator:
         max_steps: int | None = None,
         deterministic: bool = True,
         repeats: int = 1,
+        env_kwargs: Mapping[str, Any] | None = None,
+        max_episode_steps: int | None = None,
     ) -> None:
         from rlkit.envs import make_env
 
@@ -76,8 +79,15 @@ class Evaluator:
         # each scored on the episodes its standalone run is scored on)
         self._seeds = [EVAL_SEED + i for _ in range(repeats) for i in range(episodes)]
         seed = EVAL_SEED if repeats == 1 else self._seeds
+        # the training env's gymnasium.make arguments (--env-kwargs, --max-episode-steps)
+        self.make_kwargs = {"env_kwargs": env_kwargs, "max_episode_steps": max_episode_steps}
         self.env = make_env(
-            env_id, num_envs=episodes * repeats, seed=seed, device=device, evaluation=True
+            env_id,
+            num_envs=episodes * repeats,
+            seed=seed,
+            device=device,
+            evaluation=True,
+            **self.make_kwargs,
         )
 
     @torch.no_grad()
@@ -135,10 +145,14 @@ def record_gif(
     max_frames: int = 1000,
     fps: int = 30,
     deterministic: bool = True,
+    env_kwargs: Mapping[str, Any] | None = None,
+    max_episode_steps: int | None = None,
 ) -> Path | None:
     """Render one evaluation episode to an animated GIF (frames from ``rgb_array``), played
     as :class:`Evaluator` plays it: the policy's mode, or (``deterministic=False``) actions
-    sampled from a generator seeded with :data:`EVAL_SEED`, apart from training's stream."""
+    sampled from a generator seeded with :data:`EVAL_SEED`, apart from training's stream.
+    ``env_kwargs`` and ``max_episode_steps`` go to ``gymnasium.make`` (the run's
+    ``--env-kwargs`` and ``--max-episode-steps``)."""
     import os
 
     import gymnasium as gym
@@ -150,7 +164,10 @@ def record_gif(
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     import rlkit.envs  # noqa: F401  (registers the rlkit/ namespaced ids)
 
-    env = gym.make(env_id, render_mode="rgb_array")
+    extra = dict(env_kwargs or {})
+    if max_episode_steps is not None:
+        extra["max_episode_steps"] = max_episode_steps
+    env = gym.make(env_id, render_mode="rgb_array", **extra)
     obs, _ = env.reset(seed=EVAL_SEED)
     # a policy may hold no parameters of its own (a tanh-squashed head around a network
     # registered elsewhere): then its buffers, else the CPU

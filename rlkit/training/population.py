@@ -787,7 +787,7 @@ def make_population_env(cfg, make_env, *, rank: int = 0, world_size: int = 1):
     from rlkit.modules import PopulationRewardNorm
 
     _, members = rank_members(cfg, rank, world_size)
-    options = dict(cfg.env_options())
+    options = {**cfg.env_options(), **cfg.gym_options()}
     normalize_reward = options.pop("normalize_reward", False)
     options.pop("gamma", None)
     env = make_env(
@@ -948,6 +948,7 @@ class PopulationReport:
                 max_steps=evaluator.max_steps,
                 deterministic=True,
                 repeats=learner.size,
+                **evaluator.make_kwargs,
             )
         returns = self._evaluator.returns(learner.member_policy()).reshape(learner.size, -1)
         return [

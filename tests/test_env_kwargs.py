@@ -1,0 +1,130 @@
+"""``--env-kwargs KEY=VALUE`` and ``--max-episode-steps N``: gymnasium.make arguments that
+reach every env a run builds (training, collector workers, population members, evaluation,
+``--eval-only``), checked through rewards whose values the arguments fix exactly:
+
+- CartPole's ``sutton_barto_reward=True`` pays 0 per step and -1 at the fall, so every
+  episode of an untrained policy returns exactly -1 (without it, one per step survived);
+- MountainCar-v0 pays -1 per step and cannot reach its goal in under ~80 steps from rest,
+  so with a time limit of 37 every episode returns exactly -37 and lasts 37 steps.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shlex
+
+import pytest
+
+from rlkit.algorithms import load
+from rlkit.training.config import parse_env_kwargs
+
+FAST = shlex.split(
+    "--num-envs 4 --rollout-steps 32 --minibatch-size 64 --epochs 1 --eval-episodes 3 "
+    "--progress false --checkpoint-every 0"
+)
+
+
+def _rows(path):
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def _train(algo, tmp_path, *args, name="run"):
+    run_dir = tmp_path / name
+    summary = load(algo).main([*args, "--run-dir", str(run_dir)])
+    return summary, _rows(run_dir / "metrics.csv"), _rows(run_dir / "eval.csv")
+
+
+def _returns(rows):
+    return {float(r["episode_return"]) for r in rows if r.get("episode_return")}
+
+
+def test_values_are_read_as_yaml():
+    items = ["p=0.0", "flag=true", "n=3", "nothing=null", "sizes=[1, 2]", "name=left", "e="]
+    assert parse_env_kwargs(items) == {
+        "p": 0.0,
+        "flag": True,
+        "n": 3,
+        "nothing": None,
+        "sizes": [1, 2],
+        "name": "left",
+        "e": "",
+    }
+    assert parse_env_kwargs(None) == {}
+
+
+@pytest.mark.parametrize(
+    "items, fix",
+    [
+        (["sticky"], "KEY=VALUE"),
+        (["1x=2"], "KEY=VALUE"),
+        (["max_episode_steps=5"], "--max-episode-steps"),
+        (["render_mode=human"], "rlkit sets it"),
+        (["a=1", "a=2"], "twice"),
+        (["a=[1"], "not a YAML"),
+    ],
+)
+def test_malformed_items_are_refused_with_the_fix(items, fix):
+    with pytest.raises(ValueError, match=fix):
+        parse_env_kwargs(items)
+
+
+def test_training_and_evaluation_envs_take_the_kwargs(tmp_path):
+    args = [*FAST, "--total-frames", "512", "--eval-every", "256"]
+    _, rows, evals = _train("ppo", tmp_path, *args, "--env-kwargs", "sutton_barto_reward=true")
+    assert _returns(rows) == {-1.0}
+    assert {float(r["return_mean"]) for r in evals} == {-1.0}
+    # the same run without the argument: one reward per step survived
+    _, rows, evals = _train("ppo", tmp_path, *args, name="plain")
+    assert min(_returns(rows)) > 5.0
+    assert min(float(r["return_mean"]) for r in evals) > 5.0
+
+
+def test_time_limit_truncates_training_and_evaluation_episodes(tmp_path):
+    args = [*FAST, "--env", "MountainCar-v0", "--total-frames", "512", "--eval-every", "256"]
+    _, rows, evals = _train("ppo", tmp_path, *args, "--max-episode-steps", "37")
+    assert _returns(rows) == {-37.0}
+    assert {float(r["episode_length"]) for r in rows if r["episode_length"]} == {37.0}
+    assert {float(r["return_mean"]) for r in evals} == {-37.0}
+
+
+def test_collector_workers_take_the_kwargs(tmp_path):
+    """IMPALA's worker processes build their own envs from the config."""
+    args = [
+        *shlex.split("--num-envs 4 --workers 2 --rollout-steps 32 --minibatch-size 64"),
+        *shlex.split("--epochs 1 --eval-episodes 2 --progress false --checkpoint-every 0"),
+        *shlex.split("--total-frames 512 --eval-every 0 --env-kwargs sutton_barto_reward=true"),
+    ]
+    _, rows, evals = _train("impala", tmp_path, *args)
+    assert _returns(rows) == {-1.0}
+    assert [float(r["return_mean"]) for r in evals] == [-1.0]
+
+
+def test_population_members_take_the_kwargs(tmp_path):
+    args = [*FAST, "--total-frames", "512", "--eval-every", "0", "--population", "2"]
+    _, rows, evals = _train("ppo", tmp_path, *args, "--env-kwargs", "sutton_barto_reward=true")
+    assert {r["member"] for r in rows} >= {"0", "1"}  # and "" for the aggregate rows
+    assert _returns(rows) == {-1.0}
+    assert {float(r["return_mean"]) for r in evals} == {-1.0}
+
+
+def test_eval_only_applies_the_typed_kwargs_and_a_resume_keeps_the_runs(tmp_path):
+    _train("ppo", tmp_path, *FAST, "--total-frames", "256", "--eval-every", "0")
+    checkpoint = tmp_path / "run" / "checkpoints" / "last.pt"
+    out = tmp_path / "eval"
+    load("ppo").main(
+        ["--eval-only", "--init-from", str(checkpoint), "--run-dir", str(out), "--progress"]
+        + ["false", "--eval-episodes", "4", "--env-kwargs", "sutton_barto_reward=true"]
+    )
+    assert json.loads((out / "evaluation.json").read_text())["returns"] == [-1.0] * 4
+    with pytest.raises(SystemExit):  # a resume keeps its run's env
+        load("ppo").main(
+            [*FAST, "--run-dir", str(tmp_path / "run"), "--resume", "last"]
+            + ["--total-frames", "512", "--env-kwargs", "sutton_barto_reward=true"]
+        )
+
+
+def test_an_argument_the_env_does_not_take_names_it(tmp_path):
+    with pytest.raises(ValueError, match=r"does not take the argument\(s\) \['sutton_barto'\]"):
+        _train("ppo", tmp_path, *FAST, "--total-frames", "256", "--env-kwargs", "sutton_barto=1")
