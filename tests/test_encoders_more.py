@@ -304,6 +304,53 @@ def test_ppo_minatar_preset_is_gymnax_blines():
         assert cfg.eval_deterministic is False
 
 
+def test_ppg_minatar_preset_is_ppos_with_the_ppg_papers_phases():
+    # Cobbe et al. 2021, Table 1: E_pi 1, E_V 1, N_pi 32, E_aux 6, beta_clone 1, auxiliary
+    # minibatches of 1,024 frames (16 N_pi per epoch of 64 x 256-step rollouts); everything
+    # else as PPO's MinAtar preset, so the comparison isolates PPG
+    ppo, ppg = _preset("ppo", "MinAtar/Breakout-v1"), _preset("ppg", "MinAtar/Breakout-v1")
+    assert (ppg.epochs, ppg.value_epochs, ppg.n_pi, ppg.aux_epochs) == (1, 1, 32, 6)
+    assert ppg.beta_clone == 1.0
+    rollouts = ppg.n_pi * ppg.num_envs  # the auxiliary buffer, in rollouts
+    assert rollouts // ppg.aux_minibatches * ppg.rollout_steps == 1024
+    shared = [
+        "num_envs",
+        "rollout_steps",
+        "minibatch_size",
+        "lr",
+        "lr_schedule",
+        "adam_eps",
+        "gamma",
+        "gae_lambda",
+        "clip_epsilon",
+        "value_clip",
+        "entropy_coef",
+        "value_coef",
+        "max_grad_norm",
+        "encoder",
+        "hidden",
+        "activation",
+        "total_frames",
+        "eval_deterministic",
+        "eval_every",
+    ]
+    assert {k: getattr(ppg, k) for k in shared} == {k: getattr(ppo, k) for k in shared}
+
+
+def test_impala_minatar_preset_is_the_impala_papers_learner():
+    # Espeholt et al. 2018, Table G.1 (Atari): unroll 20, batch 32 unrolls, RMSProp eps 0.01,
+    # lr 0.0006, entropy 0.01, baseline cost 0.5, gradient clipping 40, discount 0.99; each
+    # unroll used once; PPO's MinAtar network and evaluation
+    cfg = _preset("impala", "MinAtar/SpaceInvaders-v1")
+    assert cfg.rollout_steps == 20 and cfg.minibatch_size == 32 * 20 and cfg.epochs == 1
+    assert (cfg.optimizer, cfg.adam_eps, cfg.lr) == ("rmsprop", 0.01, 6e-4)
+    assert (cfg.entropy_coef, cfg.value_coef, cfg.max_grad_norm, cfg.gamma) == (
+        0.01, 0.5, 40.0, 0.99
+    )  # fmt: skip
+    assert (cfg.encoder, cfg.hidden, cfg.activation) == ("flatten", (256, 256), "relu")
+    assert (cfg.total_frames, cfg.eval_deterministic) == (10_000_000, False)
+
+
 def test_dqn_minatar_preset_is_the_minatar_papers():
     # MinAtar/examples/dqn.py: BATCH_SIZE 32, REPLAY_BUFFER_SIZE 100000,
     # TARGET_NETWORK_UPDATE_FREQ 1000, TRAINING_FREQ 1, NUM_FRAMES 5000000, FIRST_N_FRAMES

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from rlkit.configs.encoders import EncoderConfig
 from rlkit.configs.onpolicy import PolicyGradientConfig
+from rlkit.configs.suites import MINATAR_PPO
 
 # shared by the V-trace recipes (IMPALA, APPO) and IMPALA's learner ------------------------
 IMPALA_NO_KL = (
@@ -149,6 +150,32 @@ PRESETS: dict[str, dict] = {
         target_return=None,
     ),
 }
+
+
+# every MinAtar/* id: the network, envs, evaluation and budget of PPO's MinAtar preset
+# (rlkit.configs.suites.MINATAR_PPO: the flattened frame into separate 2 x 256 ReLU actor and
+# critic MLPs, sampled evaluation, 10M frames), with the IMPALA paper's Atari learner settings
+# (Espeholt et al. 2018, Table G.1: unrolls of 20 steps, 32 unrolls per gradient step, each
+# used once, RMSProp with epsilon 0.01 at lr 6e-4, entropy 0.01, baseline cost 0.5,
+# gradient norm clipped at 40, gamma 0.99): 64 envs x 20 steps make two 640-frame
+# minibatches per batch
+PRESETS["MinAtar/*"] = dict(
+    {k: MINATAR_PPO[k] for k in ("encoder", "hidden", "activation", "target_return")},
+    total_frames=10_000_000,
+    eval_every=250_000,
+    eval_deterministic=False,
+    num_envs=64,
+    rollout_steps=20,
+    epochs=1,
+    minibatch_size=640,
+    optimizer="rmsprop",
+    adam_eps=0.01,
+    lr=6e-4,
+    entropy_coef=0.01,
+    value_coef=0.5,
+    max_grad_norm=40.0,
+    gamma=0.99,
+)
 
 
 #: the config ``recipes/impala.py`` parses (:func:`rlkit.training.cli.recipe`)

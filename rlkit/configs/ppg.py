@@ -27,6 +27,7 @@ from typing import Any
 from rlkit.configs import ppo
 from rlkit.configs.encoders import EncoderConfig
 from rlkit.configs.onpolicy import ClipConfig, IntrinsicConfig
+from rlkit.configs.suites import MINATAR_PPO
 from rlkit.training.config import non_negative, positive
 
 #: ``--arch`` choices: separate policy and value networks, or one trunk
@@ -152,6 +153,22 @@ PRESETS: dict[str, dict] = {
         activation="relu",
     ),
 }
+
+
+# every MinAtar/* id: PPO's MinAtar preset (gymnax-blines' config and MLP network,
+# rlkit.configs.suites.MINATAR_PPO) with the PPG paper's phase settings (Cobbe et al. 2021,
+# Table 1: E_pi = 1, E_V = 1, N_pi = 32, E_aux = 6, beta_clone = 1; its auxiliary minibatches
+# hold 1,024 frames, so here 256 minibatches of 8 rollouts of 128 steps), so that PPG differs
+# from PPO's preset only where the paper's PPG differs from PPO
+PRESETS["MinAtar/*"] = dict(
+    MINATAR_PPO,
+    epochs=1,
+    value_epochs=1,
+    n_pi=32,
+    aux_epochs=6,
+    aux_minibatches=256,
+    beta_clone=1.0,
+)
 
 
 #: the config ``recipes/ppg.py`` parses (:func:`rlkit.training.cli.recipe`)
