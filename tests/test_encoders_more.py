@@ -344,6 +344,7 @@ def test_impala_minatar_preset_is_the_impala_papers_learner():
     cfg = _preset("impala", "MinAtar/SpaceInvaders-v1")
     assert cfg.rollout_steps == 20 and cfg.minibatch_size == 32 * 20 and cfg.epochs == 1
     assert (cfg.optimizer, cfg.adam_eps, cfg.lr) == ("rmsprop", 0.01, 6e-4)
+    assert cfg.reduction == "sum"  # the paper's losses are sums; its RMSProp assumes them
     assert (cfg.entropy_coef, cfg.value_coef, cfg.max_grad_norm, cfg.gamma) == (
         0.01, 0.5, 40.0, 0.99
     )  # fmt: skip
