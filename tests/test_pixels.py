@@ -19,7 +19,16 @@ ON_POLICY = ("ppo", "a2c", "ppg", "impala", "appo")
 TINY = {
     "ppo": ["--rollout-steps", "16", "--minibatch-size", "32", "--epochs", "1"],
     "a2c": ["--rollout-steps", "16"],
-    "ppg": ["--rollout-steps", "16", "--minibatch-size", "32", "--n-pi", "2"],
+    "ppg": [
+        "--rollout-steps",
+        "16",
+        "--minibatch-size",
+        "32",
+        "--n-pi",
+        "2",
+        "--aux-minibatches",
+        "2",
+    ],
     "impala": ["--rollout-steps", "16", "--minibatch-size", "32"],
     "appo": ["--rollout-steps", "16", "--minibatch-size", "32"],
 }
@@ -340,3 +349,33 @@ def test_ppo_runs_pong_end_to_end_with_raw_scores(tmp_path):
     assert returns, "no Pong game ended in 2,048 frames"
     assert all(-21 <= r <= 21 and r == int(r) for r in returns)
     assert (tmp_path / "eval.csv").read_text().count("\n") == 2
+
+
+def test_a_minatar_episode_is_a_function_of_its_reset_seed_and_actions():
+    """minatar's reset keeps the last action, which its sticky actions (0.1) may repeat on
+    the next episode's first step; rlkit's suite wrappers start every episode fresh."""
+    from rlkit.envs.suites import register_suite, suite_wrappers
+
+    register_suite("MinAtar/SpaceInvaders-v1")
+
+    def replays_that_differ(wrappers) -> int:
+        env = gymnasium.make("MinAtar/SpaceInvaders-v1")
+        for wrap in wrappers:
+            env = wrap(env)
+        differ = 0
+        for seed in range(40):
+            episodes = []
+            for leave in (0, 2):  # the previous episode's last action: no-op, then right
+                env.reset(seed=1000 + seed)
+                env.step(leave)
+                obs, _ = env.reset(seed=seed)
+                frames = [obs.copy()]
+                for action in (0, 0, 1, 0):
+                    obs, *_ = env.step(action)
+                    frames.append(obs.copy())
+                episodes.append(np.stack(frames))
+            differ += not np.array_equal(*episodes)
+        return differ
+
+    assert replays_that_differ([]) > 0  # minatar's own env: the first step may stick
+    assert replays_that_differ(suite_wrappers("MinAtar/SpaceInvaders-v1", training=True)) == 0

@@ -9,8 +9,12 @@ declares its gymnasium ids through an entry point that gymnasium 1.4 does not lo
 
 **MinAtar** (Young & Tian 2019): the game's ``[10, 10, C]`` boolean planes become ``uint8``
 with values ``{0, 255}``, so the image encoders' one rule (``uint8 / 255``) gives exactly
-``{0, 1}`` and a stored frame costs one byte per cell. Nothing else changes (MinAtar's own
-sticky actions, 0.1, and its difficulty ramping stay on; no time limit).
+``{0, 1}`` and a stored frame costs one byte per cell. And a reset forgets the last action
+(:class:`MinAtarFreshReset`): minatar's ``Environment.reset`` keeps it, so with sticky
+actions an episode's first step could repeat the previous episode's last action, and an
+episode was not a function of its reset seed and actions (a reused evaluator scored a
+SpaceInvaders policy 151.7 where a fresh one scored 135.2). Nothing else changes (MinAtar's
+own sticky actions, 0.1, and its difficulty ramping stay on; no time limit).
 
 **ALE** (Machado et al. 2018, "Revisiting the Arcade Learning Environment"; the preprocessing
 of CleanRL's ``ppo_atari.py`` and SB3's ``AtariWrapper``): the v5 id made with ``frameskip=1``
@@ -35,6 +39,7 @@ from gymnasium import spaces
 __all__ = [
     "ATARI_FRAME_STACK",
     "FireReset",
+    "MinAtarFreshReset",
     "MinAtarUint8",
     "atari_wrappers",
     "register_suite",
@@ -76,6 +81,15 @@ def register_suite(env_id: str) -> None:
             importlib.import_module("minatar.gym").register_envs()
     else:
         gymnasium.register_envs(package)
+
+
+class MinAtarFreshReset(gymnasium.Wrapper):
+    """Every reset starts from no previous action (see module doc): minatar 1.0.15's
+    ``Environment.reset`` leaves ``last_action``, which its sticky actions repeat."""
+
+    def reset(self, **kwargs):
+        self.env.unwrapped.game.last_action = 0  # as a newly built minatar Environment
+        return self.env.reset(**kwargs)
 
 
 class MinAtarUint8(gymnasium.ObservationWrapper):
@@ -134,7 +148,7 @@ def suite_wrappers(env_id: str, *, training: bool) -> list:
     """Gymnasium wrappers of the suite's protocol, applied before the caller's."""
     suite = suite_of(env_id)
     if suite == "MinAtar":
-        return [MinAtarUint8]
+        return [MinAtarFreshReset, MinAtarUint8]
     if suite == "ALE":
         return [lambda env: atari_wrappers(env, training=training)]
     return []
