@@ -166,7 +166,8 @@ PRESETS: dict[str, dict] = {
 # inside the square root (g / sqrt(v + 0.01)); torch's adds it outside (g / (sqrt(v) +
 # eps)), so the same damping of rarely-active weights needs eps = sqrt(0.01) = 0.1. With
 # torch's eps 0.01, seed 0 climbed to 9.0 by 2.76M frames and then collapsed to one action
-# (entropy 0.02, return 0) at 3.3M.
+# (entropy 0.02, return 0) at 3.3M. With 0.1 it has not collapsed but stalled: 5.4 from 3.2M
+# to 6.3M frames (PPO's preset: about 12 at 3M). Not yet tuned (docs/pixels.md).
 PRESETS["MinAtar/*"] = dict(
     {k: MINATAR_PPO[k] for k in ("encoder", "hidden", "activation", "target_return")},
     total_frames=10_000_000,
