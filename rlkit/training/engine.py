@@ -262,21 +262,13 @@ def _evaluate_only(fabric, cfg: TrainConfig, learner: Learner, env, run_dir: Pat
     (deterministic unless ``--eval-deterministic false``) on ``--eval-env`` (or ``--env``),
     ``evaluation.json`` (+ ``eval.gif``), no training."""
     from rlkit.envs import check_same_spaces
-    from rlkit.training.evaluation import Evaluator
 
     path = Path(cfg.init_from)
     payload = ckpt.load(path)
     ckpt.check_compatible(payload, algo=learner.algo, path=path)
     _load_modules(payload, path, learner.modules())
     env_id = cfg.eval_env or cfg.env
-    evaluator = Evaluator(
-        env_id,
-        episodes=cfg.eval_episodes,
-        device=fabric.device,
-        deterministic=cfg.eval_deterministic,
-        max_steps=cfg.eval_max_steps,
-        **cfg.gym_options(),
-    )
+    evaluator = _run_evaluator(cfg, fabric.device)
     if cfg.eval_env:
         check_same_spaces(env, evaluator.env, train_id=cfg.env, eval_id=cfg.eval_env)
     returns = evaluator.returns(learner.eval_policy()).tolist()
@@ -297,14 +289,7 @@ def _evaluate_only(fabric, cfg: TrainConfig, learner: Learner, env, run_dir: Pat
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "evaluation.json").write_text(json.dumps(result, indent=2) + "\n")
     if cfg.video:
-        _try_video(
-            env_id,
-            learner,
-            run_dir,
-            cfg.eval_deterministic,
-            print_fn=_stderr,
-            make_kwargs=cfg.gym_options(),
-        )
+        _try_video(cfg, learner, run_dir, print_fn=_stderr)
     print(
         f"{learner.algo} policy of {str(path)!r} ({result['trained_frames']:,} frames) on "
         f"{env_id}: return {mean:.2f} +- {std:.2f} over {len(returns)} {mode} episodes "
@@ -317,27 +302,34 @@ def _stderr(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def _try_video(
-    env_id: str,
-    learner: Learner,
-    run_dir: Path,
-    deterministic: bool,
-    print_fn,
-    name="eval.gif",
-    make_kwargs: dict | None = None,
-):
-    """``<run-dir>/<name>``: a GIF of one evaluation episode (``make_kwargs``: the run's
-    ``cfg.gym_options()``); an optional extra, so a failure warns in one line and the run
-    keeps its results."""
+def _run_evaluator(cfg: TrainConfig, device):
+    """The :class:`~rlkit.training.evaluation.Evaluator` of a run's evaluation flags, on
+    ``--eval-env`` (or ``--env``) built with the run's ``gymnasium.make`` arguments."""
+    from rlkit.training.evaluation import Evaluator
+
+    return Evaluator(
+        cfg.eval_env or cfg.env,
+        episodes=cfg.eval_episodes,
+        device=device,
+        deterministic=cfg.eval_deterministic,
+        max_steps=cfg.eval_max_steps,
+        **cfg.gym_options(),
+    )
+
+
+def _try_video(cfg: TrainConfig, learner: Learner, run_dir: Path, print_fn, name="eval.gif"):
+    """``<run-dir>/<name>``: a GIF of one evaluation episode, played as the run's evaluations
+    are (``--eval-env`` or ``--env``, its ``gymnasium.make`` arguments, its action mode); an
+    optional extra, so a failure warns in one line and the run keeps its results."""
     from rlkit.training.evaluation import record_gif
 
     try:
         record_gif(
-            env_id,
+            cfg.eval_env or cfg.env,
             learner.eval_policy(),
             run_dir / name,
-            deterministic=deterministic,
-            **(make_kwargs or {}),
+            deterministic=cfg.eval_deterministic,
+            **cfg.gym_options(),
         )
     except Exception as err:
         text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
@@ -464,7 +456,6 @@ class Engine:
         """Env, learner, evaluator (not for ``--eval-only``) and the resumed or warm-started
         state; the env is closed when anything fails."""
         from rlkit.envs import check_same_spaces, get_reward_norm, make_env
-        from rlkit.training.evaluation import Evaluator
 
         cfg, rank = self.cfg, fabric.global_rank
         fabric.seed_everything(cfg.seed, verbose=False)  # identical networks on every rank
@@ -507,14 +498,7 @@ class Engine:
             built = _Built(env, env_modules, learner)
             if cfg.eval_only:
                 return built
-            built.evaluator = Evaluator(
-                cfg.eval_env or cfg.env,
-                episodes=cfg.eval_episodes,
-                device=fabric.device,
-                deterministic=cfg.eval_deterministic,
-                max_steps=cfg.eval_max_steps,
-                **cfg.gym_options(),
-            )
+            built.evaluator = _run_evaluator(cfg, fabric.device)
             if cfg.eval_env:
                 check_same_spaces(env, built.evaluator.env, train_id=cfg.env, eval_id=cfg.eval_env)
             self._restore(fabric, resume_path, built, population)
@@ -774,13 +758,11 @@ class _LoopState:
             c.last_video_frames = c.frames
             if self.is_zero:
                 _try_video(
-                    self.cfg.eval_env or self.cfg.env,
+                    self.cfg,
                     self.learner,
                     self.run_dir,
-                    self.cfg.eval_deterministic,
                     print_fn=self.log.progress.message,
                     name=f"videos/eval_{c.frames:012d}.gif",
-                    make_kwargs=self.cfg.gym_options(),
                 )
         return mean, std
 
@@ -885,15 +867,7 @@ class _LoopState:
             summary["population_fps"] = round(summary["fps"] * self.members, 1)
         self.log.finish(summary)
         if self.is_zero and cfg.video:
-            env_id = cfg.eval_env or cfg.env
-            _try_video(
-                env_id,
-                self.learner,
-                self.run_dir,
-                cfg.eval_deterministic,
-                print_fn=self.log.progress.message,
-                make_kwargs=cfg.gym_options(),
-            )
+            _try_video(cfg, self.learner, self.run_dir, print_fn=self.log.progress.message)
         solved = f", target reached at {c.solved_frames:,} frames" if summary["solved"] else ""
         self.log.progress.message(
             f"done: {c.frames:,} frames in {c.train_seconds:.1f} s ({summary['fps']:,.0f} "
