@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import copy
 import queue
+import signal
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from typing import Any
@@ -122,6 +123,11 @@ def _worker(
     from rlkit.data.collector import make_collector
     from rlkit.envs import make_env
 
+    # Ctrl-C reaches the whole process group and a scheduler's SIGTERM may too: the learner
+    # alone decides when to stop (rlkit.training.signals) and tells the workers through
+    # `stop`; a worker whose learner died stops by itself (_running)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
     torch.set_num_threads(1)
     torch.manual_seed(seed)
     env = make_env(env_id, num_envs=num_envs, seed=seed, **env_kwargs)

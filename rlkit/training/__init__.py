@@ -14,7 +14,7 @@ from typing import Any
 # ``rlkit.training.cli`` once ``rlkit.training.cli`` (the module) has been imported
 from rlkit.training.cli import cli
 from rlkit.training.config import TrainConfig, parse_config
-from rlkit.training.errors import CheckpointError, NonFiniteError
+from rlkit.training.errors import CheckpointError, NonFiniteError, RunInterrupted
 
 #: names imported from the engine (torch, TensorDict, Lightning) when first asked for
 _LAZY = {name: "rlkit.training.engine" for name in ("Context", "Engine", "Learner", "run")}
@@ -39,6 +39,7 @@ __all__ = [
     "Engine",
     "Learner",
     "NonFiniteError",
+    "RunInterrupted",
     "TrainConfig",
     "cli",
     "parse_config",

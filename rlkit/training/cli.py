@@ -14,7 +14,9 @@ imported; only then does it import :mod:`rlkit.algorithms.<name>` and call its `
 :func:`cli` runs any ``main(argv)`` the same way (a research script's own recipe).
 
 Errors: a bad input ends the process with one line ``error: ...`` and exit status 2, a
-diverged run (NaN) with status 3; ``RLKIT_TRACEBACK=1`` shows the traceback instead.
+diverged run (NaN) with status 3; ``RLKIT_TRACEBACK=1`` shows the traceback instead. A run
+stopped by SIGINT or SIGTERM (Ctrl-C, ``kill``) writes a checkpoint, says how to resume and
+exits with ``128 + signal`` (130, 143; :mod:`rlkit.training.signals`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,12 @@ from typing import Any
 
 from rlkit import _quiet
 from rlkit.training.config import parse_config
-from rlkit.training.errors import CheckpointError, CheckpointWriteError, NonFiniteError
+from rlkit.training.errors import (
+    CheckpointError,
+    CheckpointWriteError,
+    NonFiniteError,
+    RunInterrupted,
+)
 
 #: Errors that mean "the user asked for something impossible": the CLI prints them as one line.
 USER_ERRORS = (
@@ -45,11 +52,23 @@ def cli(main: Callable[[list[str] | None], Any]) -> None:
 
     A bad input (unknown env id, wrong action space, corrupt checkpoint, ...) ends the process
     with a one-line ``error: ...`` and exit status 2 instead of a traceback; a diverged run
-    (NaN) exits with status 3. Set ``RLKIT_TRACEBACK=1`` to see the full traceback.
+    (NaN) exits with status 3; a run stopped by SIGINT or SIGTERM exits with 128 + the
+    signal's number after its checkpoint. Set ``RLKIT_TRACEBACK=1`` to see the full
+    traceback.
     """
     _quiet.install()
     try:
         main(None)
+    except RunInterrupted as err:  # checkpointed; the engine has said how to resume
+        if os.environ.get("RLKIT_TRACEBACK"):
+            raise
+        raise SystemExit(128 + err.signum) from None
+    except KeyboardInterrupt as err:  # before the training loop, or a second signal
+        if os.environ.get("RLKIT_TRACEBACK"):
+            raise
+        detail = str(err) or "the last checkpoint written, if any, is kept"
+        print(f"interrupted: {detail}", file=sys.stderr)
+        raise SystemExit(130) from None
     except NonFiniteError as err:
         if os.environ.get("RLKIT_TRACEBACK"):
             raise

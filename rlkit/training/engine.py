@@ -47,9 +47,10 @@ from rlkit.training import checkpoint as ckpt
 from rlkit.training.cli import USER_ERRORS, _one_line, cli  # noqa: F401
 from rlkit.training.config import TrainConfig, resume_checkpoint_path, to_dict
 from rlkit.training.config import save_config as _save_config
-from rlkit.training.errors import CheckpointWriteError, NonFiniteError
+from rlkit.training.errors import CheckpointWriteError, NonFiniteError, RunInterrupted
 from rlkit.training.learner import Context, Counters, Learner, episode_stats
 from rlkit.training.runlog import RunLog, check_run_dir, claim_run_dir
+from rlkit.training.signals import StopRequest
 
 
 def resolve_run_dir(cfg: TrainConfig, algo: str) -> Path:
@@ -571,7 +572,11 @@ class Engine:
         state.extra_modules = built.env_modules
         state.generator = ctx.generator
         try:
-            self._loop(state, ctx, collector)
+            with StopRequest(log.progress.message) as stop:
+                self._loop(state, ctx, collector, stop)
+        except RunInterrupted:
+            log.close("interrupted")
+            raise
         except NonFiniteError as err:
             log.progress.close()
             last = run_dir / "checkpoints" / "last.pt"
@@ -589,7 +594,7 @@ class Engine:
             env.close()
         return state.finish()
 
-    def _loop(self, s: _LoopState, ctx: Context, collector) -> None:
+    def _loop(self, s: _LoopState, ctx: Context, collector, stop: StopRequest) -> None:
         cfg, counters, world = self.cfg, s.counters, s.fabric.world_size
         tick = time.perf_counter()
         iterator = iter(collector)
@@ -605,10 +610,13 @@ class Engine:
             now = time.perf_counter()
             counters.train_seconds += now - tick
             s.record(batch, metrics)
-            stop = s.maybe_evaluate()
+            solved = s.maybe_evaluate()
             s.maybe_checkpoint()
-            if stop:
+            if solved:  # finished: a stop request changes nothing
                 break
+            signum = stop.agreed(s.fabric)
+            if signum:
+                s.interrupt(signum)
             tick = time.perf_counter()
 
 
@@ -779,6 +787,25 @@ class _LoopState:
         if force or (every and c.frames - c.last_checkpoint_frames >= every):
             c.last_checkpoint_frames = c.frames
             self.save_checkpoint(snapshot=not force)
+
+    def interrupt(self, signum: int) -> None:
+        """Stop on a signal (:mod:`rlkit.training.signals`): ``last.pt`` at this batch
+        boundary (unless the periodic checkpoint has just written it), then
+        :class:`RunInterrupted`. The counters keep the periodic schedule, so the resumed run
+        evaluates and checkpoints at the frames the uninterrupted run would."""
+        import signal
+
+        c = self.counters
+        if c.last_checkpoint_frames != c.frames:
+            self.save_checkpoint(snapshot=False)
+        name = signal.Signals(signum).name
+        last = self.run_dir / "checkpoints" / "last.pt"
+        message = (
+            f"{name}: stopped at {c.frames:,} of {self.cfg.total_frames:,} frames; checkpoint "
+            f"{str(last)!r}; continue with --resume last --run-dir {self.run_dir}"
+        )
+        self.log.progress.message(message)
+        raise RunInterrupted(message, signum=signum, frames=c.frames)
 
     def save_checkpoint(self, *, snapshot: bool, names: tuple[str, ...] = ("last.pt",)) -> None:
         modules = self.learner.modules()

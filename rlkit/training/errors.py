@@ -22,3 +22,12 @@ class NonFiniteError(FloatingPointError):
 class CheckpointWriteError(OSError):
     """A checkpoint could not be written (disk full, permissions); the previous one is
     intact."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A run stopped on SIGINT or SIGTERM after writing a checkpoint at a batch boundary
+    (:mod:`rlkit.training.signals`); ``--resume last`` continues it."""
+
+    def __init__(self, message: str, *, signum: int, frames: int) -> None:
+        super().__init__(message)
+        self.signum, self.frames = signum, frames

@@ -341,6 +341,16 @@ class RunLog:
             except Exception as err:
                 self.progress.message(f"warning: TensorBoard flush failed: {_first_line(err)}")
 
+    def close(self, status: str) -> None:
+        """End a run that stops before :meth:`finish` (no summary): the progress bar and the
+        TensorBoard events are closed; the CSV logs are written row by row already."""
+        self.progress.close()
+        if self.enabled and self.tb is not None:
+            try:
+                self.tb.finalize(status)
+            except Exception as err:
+                self.progress.message(f"warning: TensorBoard flush failed: {_first_line(err)}")
+
 
 def _first_line(err: BaseException) -> str:
     text = str(err).strip()

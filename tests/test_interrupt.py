@@ -1,0 +1,213 @@
+"""Stopping a run with SIGINT (Ctrl-C) or SIGTERM (``kill``, a scheduler's pre-emption):
+the run finishes its update, checkpoints that batch boundary, shuts its workers down and
+exits with 128 + the signal; ``--resume last`` continues it (rlkit.training.signals)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlkit.training import checkpoint as ckpt
+from rlkit.training.signals import StopRequest
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+def test_first_signal_is_a_request_the_second_stops_at_once_and_handlers_come_back():
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    lines: list[str] = []
+    with StopRequest(lines.append) as stop:
+        assert not stop.requested
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)  # the handler runs in this thread between bytecodes
+        assert stop.signum == signal.SIGTERM
+        assert lines == [
+            "SIGTERM received: stopping after this update and writing a checkpoint (send it "
+            "again to stop at once)"
+        ]
+        with pytest.raises(KeyboardInterrupt, match="SIGINT received twice"):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+        assert stop.signum == signal.SIGTERM  # the first signal is the one reported
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+def _wait_for_frames(proc, metrics: Path, frames: int, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the run ended before it was interrupted"
+        if metrics.is_file():
+            rows = metrics.read_text().splitlines()[1:]
+            if rows and int(rows[-1].split(",")[0]) >= frames:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"no {frames} frames within {timeout} s")
+
+
+def _modules(path: Path) -> dict[str, torch.Tensor]:
+    payload = ckpt.load(path)
+    return {
+        f"{name}/{k}": v for name, state in payload["modules"].items() for k, v in state.items()
+    }
+
+
+@pytest.mark.slow
+def test_sigint_checkpoints_the_batch_it_stops_at_and_resume_loses_no_frames(tmp_path):
+    """The checkpoint an interrupt writes is the state of an uninterrupted run at the same
+    frame count, bit for bit (the same seed; the uninterrupted run snapshots every batch).
+    With --checkpoint-every 0 there would be no checkpoint at all after a SIGKILL."""
+    common = ["recipes/ppo.py", "--eval-every", "0", "--progress", "false"]
+    common += ["--total-frames", "60000"]  # the same schedules (learning rate, ...)
+    run_dir = tmp_path / "run"
+    args = [*common, "--checkpoint-every", "0"]
+    args += ["--run-dir", str(run_dir)]
+    proc = subprocess.Popen(
+        [PYTHON, *args],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    _wait_for_frames(proc, run_dir / "metrics.csv", 1024)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "warning" not in err.lower(), err
+    last = run_dir / "checkpoints" / "last.pt"
+    assert f"continue with --resume last --run-dir {run_dir}" in err
+    stopped = ckpt.load(last)["counters"]["frames"]
+    rows = (run_dir / "metrics.csv").read_text().splitlines()[1:]
+    assert int(rows[-1].split(",")[0]) == stopped, "the checkpoint is not the last batch logged"
+    assert 1024 <= stopped <= 16384, stopped
+    assert f"stopped at {stopped:,} of 60,000 frames" in err
+    assert not (run_dir / "summary.json").exists()  # not finished
+    # the uninterrupted run, snapshotting every batch, as far as that frame count
+    reference = tmp_path / "reference"
+    snapshot = reference / "checkpoints" / f"frames_{stopped:012d}.pt"
+    ref = subprocess.Popen(
+        [PYTHON, *common, "--checkpoint-every", "256", "--run-dir", str(reference)],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_for_frames(ref, reference / "metrics.csv", stopped + 256)
+    finally:
+        ref.kill()
+        ref.wait()
+    mine, theirs = _modules(last), _modules(snapshot)
+    assert mine.keys() == theirs.keys()
+    assert all(torch.equal(mine[k], theirs[k]) for k in mine), "not the batch boundary's state"
+
+    resumed = subprocess.run(
+        [PYTHON, *args, "--resume", "last", "--total-frames", str(stopped + 2048)],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resumed at {stopped:,} of" in resumed.stderr
+    frames = [int(r.split(",")[0]) for r in (run_dir / "metrics.csv").read_text().splitlines()[1:]]
+    assert frames == list(range(frames[0], stopped + 2048 + 1, 256)), "frames lost or repeated"
+
+
+def _group_gone(pgid: int, timeout: float = 20.0) -> bool:
+    """True once no process of the group is left (the workers and forkserver included)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "to_group"),
+    [("SIGINT", True), ("SIGTERM", False)],  # Ctrl-C in a terminal; `kill PID`
+)
+def test_asynchronous_impala_stops_cleanly_with_its_workers(name, to_group, tmp_path):
+    """IMPALA's collector workers ignore the signal (Ctrl-C reaches them too) and stop when
+    the learner tells them; nothing is left running, nothing leaks, nothing is printed but
+    the two lines that say what happened."""
+    sig = getattr(signal, name)
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [PYTHON, "recipes/impala.py", "--eval-every", "0", "--progress", "false"]
+        + ["--checkpoint-every", "0", "--run-dir", str(run_dir)],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a shell gives a job
+    )
+    try:
+        _wait_for_frames(proc, run_dir / "metrics.csv", 2048)
+        if to_group:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + sig, err[-3000:]
+    assert _group_gone(proc.pid), "a worker outlived the run"
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines[1:] == [
+        f"{name} received: stopping after this update and writing a checkpoint (send it again "
+        "to stop at once)",
+        lines[2],
+    ], err
+    assert lines[2].startswith(f"{name}: stopped at "), err
+    frames = ckpt.load(run_dir / "checkpoints" / "last.pt")["counters"]["frames"]
+    assert frames >= 2048 and f"stopped at {frames:,} of 500,000 frames" in lines[2]
+
+
+@pytest.mark.slow
+def test_ddp_ranks_agree_on_the_batch_when_only_one_is_signalled(tmp_path):
+    """SIGTERM to rank 0 alone: rank 1 learns of it through the all-reduce after the batch and
+    both write the same save (same frames, same save id) and exit; nobody waits forever."""
+    run_dir = tmp_path / "ddp"
+    proc = subprocess.Popen(
+        [PYTHON, "recipes/ppo.py", "--accelerator", "cpu", "--devices", "2"]
+        + ["--strategy", "ddp", "--eval-every", "0", "--progress", "false"]
+        + ["--checkpoint-every", "0", "--total-frames", "200000", "--run-dir", str(run_dir)],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        _wait_for_frames(proc, run_dir / "metrics.csv", 2048)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 143, err[-3000:]
+    assert _group_gone(proc.pid), "rank 1 outlived the run"
+    zero = ckpt.load(run_dir / "checkpoints" / "last.pt")
+    one = ckpt.load(run_dir / "checkpoints" / "rank1" / "last.pt")
+    assert zero["save_id"] == one["save_id"]
+    assert zero["counters"]["frames"] == one["counters"]["frames"] >= 2048
+    a, b = zero["modules"]["actor"], one["modules"]["actor"]
+    assert all(torch.equal(a[k], b[k]) for k in a), "the ranks stopped at different batches"
