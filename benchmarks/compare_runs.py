@@ -30,6 +30,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_learning import _held as curve_at  # noqa: E402 (last evaluation at or before x)
 from common import command_line, git_commit, markdown_table, write_results  # noqa: E402
 
 
@@ -60,16 +61,6 @@ def held(curve: list[tuple[int, float]], frames: int) -> float | None:
     past their nominal frame count); None when the run has none there."""
     x, y = min(curve, key=lambda point: abs(point[0] - frames))
     return y if abs(x - frames) <= 0.05 * frames else None
-
-
-def curve_at(curve: list[tuple[int, float]], frames: int) -> float:
-    """The curve's last evaluation at or before ``frames`` (its first before it starts)."""
-    value = curve[0][1]
-    for x, y in curve:
-        if x > frames:
-            break
-        value = y
-    return value
 
 
 def plot(groups: dict[str, list[dict]], path: Path, *, title: str, anchors) -> None:
