@@ -578,7 +578,7 @@ class Engine:
             log.close("interrupted")
             raise
         except NonFiniteError as err:
-            log.progress.close()
+            log.close("failed")
             last = run_dir / "checkpoints" / "last.pt"
             kept = (
                 f"the last good checkpoint {str(last)!r} is intact"

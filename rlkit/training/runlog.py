@@ -335,15 +335,12 @@ class RunLog:
             )
         except Exception as err:  # a missing plot must never fail a finished run
             self.progress.message(f"warning: could not draw curve.png: {_first_line(err)}")
-        if self.tb is not None:
-            try:
-                self.tb.finalize("success")
-            except Exception as err:
-                self.progress.message(f"warning: TensorBoard flush failed: {_first_line(err)}")
+        self.close("success")
 
     def close(self, status: str) -> None:
-        """End a run that stops before :meth:`finish` (no summary): the progress bar and the
-        TensorBoard events are closed; the CSV logs are written row by row already."""
+        """Close the progress bar and the TensorBoard events (``status``: ``"success"`` from
+        :meth:`finish`, or why a run stopped before it); the CSV logs are written row by row
+        already."""
         self.progress.close()
         if self.enabled and self.tb is not None:
             try:

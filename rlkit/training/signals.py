@@ -64,10 +64,6 @@ class StopRequest:
             "checkpoint (send it again to stop at once)"
         )
 
-    @property
-    def requested(self) -> bool:
-        return self.signum is not None
-
     def agreed(self, fabric) -> int:
         """The stop signal this rank or any other received (the largest number on several
         ranks), or 0. Every rank must call it after the same batch: on several ranks it is
