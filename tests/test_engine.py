@@ -462,6 +462,27 @@ def test_eval_only_bad_flags_are_named(ppo, tmp_path, capsys, extra, message):
     assert message in capsys.readouterr().err
 
 
+def test_ctrl_c_during_eval_only_says_nothing_was_trained(ppo, tmp_path, capsys, monkeypatch):
+    from rlkit.training import evaluation
+    from rlkit.training.cli import cli
+
+    ppo.main([*TINY, *QUIET, "--total-frames", "64", "--run-dir", str(tmp_path / "train")])
+    last = str(tmp_path / "train" / "checkpoints" / "last.pt")
+
+    def ctrl_c(self, policy):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(evaluation.Evaluator, "returns", ctrl_c)
+    argv = ["--progress", "false", "--init-from", last, "--eval-only"]
+    with pytest.raises(SystemExit) as stop:
+        cli(lambda _: ppo.main([*argv, "--run-dir", str(tmp_path / "eval")]))
+    assert stop.value.code == 130
+    err = capsys.readouterr().err
+    assert "interrupted: evaluation stopped (--eval-only trains nothing" in err
+    assert "checkpoint written" not in err
+    assert not (tmp_path / "eval" / "evaluation.json").exists()
+
+
 def test_eval_only_missing_checkpoint_is_named(ppo, tmp_path):
     with pytest.raises(CheckpointError, match="does not exist"):
         ppo.main([*TINY, *QUIET, "--eval-only", "--init-from", "no.pt", "--run-dir", str(tmp_path)])

@@ -435,6 +435,10 @@ class Engine:
         if cfg.eval_only:
             try:
                 return _evaluate_only(fabric, cfg, built.learner, built.env, run_dir)
+            except KeyboardInterrupt:  # Ctrl-C: no checkpoint to speak of, unlike a training run
+                raise KeyboardInterrupt(
+                    "evaluation stopped (--eval-only trains nothing and writes no checkpoint)"
+                ) from None
             finally:
                 built.env.close()
         # 3. the run directory: created (old run moved aside with --overwrite) and locked
