@@ -41,6 +41,81 @@ def test_first_signal_is_a_request_the_second_stops_at_once_and_handlers_come_ba
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
 
 
+def test_a_repeat_of_the_first_signal_at_once_is_the_same_request(monkeypatch):
+    """A terminal's Ctrl-C reaches every process of the job, and a launcher passes it on:
+    the copy that follows within SAME_REQUEST_S is not a second request; a later one is."""
+    from rlkit.training import signals
+
+    lines: list[str] = []
+    with StopRequest(lines.append) as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+        assert stop.signum == signal.SIGINT and len(lines) == 1
+        monkeypatch.setattr(signals, "SAME_REQUEST_S", 0.0)
+        with pytest.raises(KeyboardInterrupt, match="SIGINT received twice"):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+
+
+def _signal_during_final_evaluation(monkeypatch, *signums: int) -> None:
+    """Every evaluation sends these signals to this process before it plays (with
+    --eval-every 0 the final evaluation is the only one)."""
+    from rlkit.training import evaluation, signals
+
+    monkeypatch.setattr(signals, "SAME_REQUEST_S", 0.0)
+    play = evaluation.Evaluator.returns
+
+    def returns(self, policy):
+        for signum in signums:
+            os.kill(os.getpid(), signum)
+            time.sleep(0.05)
+        return play(self, policy)
+
+    monkeypatch.setattr(evaluation.Evaluator, "returns", returns)
+
+
+FINAL = ["--total-frames", "1024", "--eval-every", "0", "--checkpoint-every", "0"]
+FINAL += ["--num-envs", "4", "--rollout-steps", "64", "--progress", "false"]
+
+
+def test_a_signal_during_the_final_evaluation_waits_for_it_and_the_run_completes(
+    tmp_path, monkeypatch, capsys
+):
+    from tests.test_engine import load_recipe
+
+    _signal_during_final_evaluation(monkeypatch, signal.SIGTERM)
+    summary = load_recipe("ppo").main([*FINAL, "--run-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert "SIGTERM came after the last batch: the run is complete" in err, err
+    assert summary["frames"] == 1024 and (tmp_path / "summary.json").is_file()
+    counters = ckpt.load(tmp_path / "checkpoints" / "last.pt")["counters"]
+    assert counters["frames"] == counters["last_eval_frames"] == 1024
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
+
+
+def test_a_second_signal_during_the_final_evaluation_keeps_every_frame_trained(
+    tmp_path, monkeypatch
+):
+    """With --checkpoint-every 0 the run's frames reach disk before the final evaluation, so
+    stopping at once there (or a SIGKILL) loses none; --resume last only evaluates."""
+    from tests.test_engine import load_recipe
+
+    ppo = load_recipe("ppo")
+    _signal_during_final_evaluation(monkeypatch, signal.SIGTERM, signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt, match="SIGTERM received twice"):
+        ppo.main([*FINAL, "--run-dir", str(tmp_path)])
+    assert not (tmp_path / "summary.json").exists()
+    payload = ckpt.load(tmp_path / "checkpoints" / "last.pt")
+    assert payload["counters"]["frames"] == 1024
+    monkeypatch.undo()
+    summary = ppo.main([*FINAL, "--run-dir", str(tmp_path), "--resume", "last"])
+    assert summary["frames"] == 1024 and (tmp_path / "summary.json").is_file()
+    rows = (tmp_path / "metrics.csv").read_text().splitlines()[1:]
+    assert [int(r.split(",")[0]) for r in rows] == list(range(256, 1025, 256))  # none again
+    assert len((tmp_path / "eval.csv").read_text().splitlines()) == 2  # one evaluation
+
+
 def _wait_for_frames(proc, metrics: Path, frames: int, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -211,3 +286,47 @@ def test_ddp_ranks_agree_on_the_batch_when_only_one_is_signalled(tmp_path):
     assert zero["counters"]["frames"] == one["counters"]["frames"] >= 2048
     a, b = zero["modules"]["actor"], one["modules"]["actor"]
     assert all(torch.equal(a[k], b[k]) for k in a), "the ranks stopped at different batches"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "to_group"),
+    [("SIGTERM", False), ("SIGINT", True)],  # a scheduler's `kill` of the launcher; Ctrl-C
+)
+def test_spawned_ranks_stop_together_and_the_launcher_reports_it(name, to_group, tmp_path):
+    """--strategy ddp_spawn: the launching process is not a rank. A signal to it alone is
+    passed on to the ranks; Ctrl-C, which reaches every process, is one request, not two.
+    Either way both ranks write the same save and the launcher exits 128 + the signal
+    (before, torch's spawn wrapper swallowed the ranks' stop and the launcher waited for a
+    result forever)."""
+    sig = getattr(signal, name)
+    run_dir = tmp_path / "spawn"
+    proc = subprocess.Popen(
+        [PYTHON, "recipes/ppo.py", "--accelerator", "cpu", "--devices", "2"]
+        + ["--strategy", "ddp_spawn", "--eval-every", "0", "--progress", "false"]
+        + ["--checkpoint-every", "0", "--total-frames", "200000", "--run-dir", str(run_dir)],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        _wait_for_frames(proc, run_dir / "metrics.csv", 2048)
+        if to_group:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + sig, err[-3000:]
+    assert _group_gone(proc.pid), "a rank outlived the run"
+    assert "Traceback" not in err and "received twice" not in err, err
+    zero = ckpt.load(run_dir / "checkpoints" / "last.pt")
+    one = ckpt.load(run_dir / "checkpoints" / "rank1" / "last.pt")
+    assert zero["save_id"] == one["save_id"]
+    frames = zero["counters"]["frames"]
+    assert frames >= 2048 and f"{name}: stopped at {frames:,} of 200,000 frames" in err

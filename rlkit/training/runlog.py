@@ -279,6 +279,7 @@ class RunLog:
         scalars: bool = True,
     ) -> None:
         self.run_dir, self.enabled, self.scalars = run_dir, enabled, scalars
+        self._closed = False
         self.progress = Progress(
             total_frames, enabled=enabled, bar=progress, start=resume_frames or 0
         )
@@ -340,7 +341,10 @@ class RunLog:
     def close(self, status: str) -> None:
         """Close the progress bar and the TensorBoard events (``status``: ``"success"`` from
         :meth:`finish`, or why a run stopped before it); the CSV logs are written row by row
-        already."""
+        already. Once: a later call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
         self.progress.close()
         if self.enabled and self.tb is not None:
             try:

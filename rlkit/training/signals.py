@@ -12,18 +12,30 @@ checkpoint was kept, and an asynchronous IMPALA run's worker queues were never r
 (Python's resource tracker then warned of 16 leaked semaphores at exit).
 
 On several ranks each rank may see the signal at a different batch, so they agree (an
-all-reduce of the flag after every batch) and all stop at the same one.
+all-reduce of the flag after every batch) and all stop at the same one. Under the spawning
+strategies (``ddp_spawn``, ``ddp_fork``, ``ddp_notebook``) the launching process is not a rank:
+it passes the signal on to the ranks and waits for them (:class:`ForwardStop`).
+
+One request can reach a process twice: a terminal's Ctrl-C goes to every process of the job,
+and a launcher passes it on as well. A repeat of the signal within :data:`SAME_REQUEST_S`
+seconds of the first is therefore the same request; a later one stops at once.
 """
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing
+import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 from types import FrameType
 
 #: the signals that ask a run to stop
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: a repeat of the first signal this soon after it is the same request (see the module text)
+SAME_REQUEST_S = 1.0
 
 
 class StopRequest:
@@ -39,6 +51,7 @@ class StopRequest:
         self.notify = notify
         #: the first stop signal received, or None
         self.signum: int | None = None
+        self._first_at = 0.0
         self._previous: dict[int, object] = {}
 
     def __enter__(self) -> StopRequest:
@@ -53,12 +66,14 @@ class StopRequest:
         self._previous.clear()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.signum is not None:  # asked twice: stop now
+        if self.signum is not None:  # asked twice: stop now, unless it is the same request
+            if signum == self.signum and time.monotonic() - self._first_at < SAME_REQUEST_S:
+                return
             raise KeyboardInterrupt(
                 f"{signal.Signals(signum).name} received twice: stopped at once, the last "
                 "checkpoint written is kept"
             )
-        self.signum = signum
+        self.signum, self._first_at = signum, time.monotonic()
         self.notify(
             f"{signal.Signals(signum).name} received: stopping after this update and writing a "
             "checkpoint (send it again to stop at once)"
@@ -75,3 +90,32 @@ class StopRequest:
 
         flag = torch.tensor(float(mine), device=fabric.device)
         return int(fabric.all_reduce(flag, reduce_op="max"))
+
+
+class ForwardStop:
+    """A context manager for a process that launched the ranks and waits for them: SIGINT
+    and SIGTERM are passed on to its live child processes (which stop as
+    :class:`StopRequest` says) instead of ending this one, so the ranks can checkpoint and
+    report. The handlers it replaced are restored on exit; outside the main thread it does
+    nothing."""
+
+    def __init__(self) -> None:
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> ForwardStop:
+        if threading.current_thread() is threading.main_thread():
+            for sig in STOP_SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._forward)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    @staticmethod
+    def _forward(signum: int, frame: FrameType | None) -> None:
+        for child in multiprocessing.active_children():
+            if child.pid is not None:
+                with contextlib.suppress(ProcessLookupError):  # it has just ended
+                    os.kill(child.pid, signum)
