@@ -13,6 +13,7 @@ import torch
 from rlkit import algorithms
 from rlkit.configs.suites import preset_for
 from rlkit.envs import make_env
+from rlkit.envs.suites import EpisodicLife
 from rlkit.training import parse_config
 
 ON_POLICY = ("ppo", "a2c", "ppg", "impala", "appo")
@@ -132,11 +133,40 @@ class _ReferenceFireReset(gymnasium.Wrapper):
         return obs, info
 
 
+class _ReferenceEpisodicLife(gymnasium.Wrapper):
+    """SB3's EpisodicLifeEnv (CleanRL's ppo_atari.py), written out here as the reference:
+    a lost life ends the episode, the next reset plays on in the same game (one no-op step),
+    and only a game over really resets."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.lives, self.was_real_done = 0, True
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.was_real_done = terminated or truncated
+        lives = self.env.unwrapped.ale.lives()
+        if 0 < lives < self.lives:
+            terminated = True
+        self.lives = lives
+        return obs, reward, terminated, truncated, info
+
+    def reset(self, **kwargs):
+        if self.was_real_done:
+            obs, info = self.env.reset(**kwargs)
+        else:
+            obs, _, _, _, info = self.env.step(0)
+        self.lives = self.env.unwrapped.ale.lives()
+        return obs, info
+
+
 def _reference_chain(env_id: str, *, life_loss: bool) -> gymnasium.Env:
     env = gymnasium.make(env_id, frameskip=1, repeat_action_probability=0.25)
     env = gymnasium.wrappers.AtariPreprocessing(
-        env, noop_max=30, frame_skip=4, screen_size=84, terminal_on_life_loss=life_loss
+        env, noop_max=30, frame_skip=4, screen_size=84, terminal_on_life_loss=False
     )
+    if life_loss:
+        env = _ReferenceEpisodicLife(env)
     env = _ReferenceFireReset(env)
     return gymnasium.wrappers.FrameStackObservation(env, 4)
 
@@ -153,7 +183,7 @@ def test_atari_env_equals_a_hand_assembled_gymnasium_chain(evaluation):
     td = env.reset()
     assert td["observation"].dtype == torch.uint8
     np.testing.assert_array_equal(td["observation"][0].numpy(), ref_obs)
-    ref_return, ends, rewarded = 0.0, 0, 0
+    ref_return, ends, rewarded, lives_after = 0.0, 0, 0, []
     for a in actions:
         td["action"] = torch.tensor([int(a)])
         td, td_next = env.step_and_maybe_reset(td)
@@ -171,10 +201,13 @@ def test_atari_env_equals_a_hand_assembled_gymnasium_chain(evaluation):
             ref_obs, _ = ref.reset()
             ref_return = 0.0
             np.testing.assert_array_equal(td_next["observation"][0].numpy(), ref_obs)
+            lives_after.append(ref.unwrapped.ale.lives())
         td = td_next
     assert rewarded > 0
     if not evaluation:
-        assert ends > 0  # life losses end training episodes within 200 steps
+        # life losses end training episodes within 200 steps, and the game plays on (a new
+        # game would have all 5 lives again): the same frames as the reference's
+        assert ends > 0 and all(lives < 5 for lives in lives_after), lives_after
     env.close()
     ref.close()
 
@@ -188,12 +221,15 @@ def test_atari_protocol_settings():
         chain.append(inner)
         inner = inner.env
     pre = next(w for w in chain if isinstance(w, gymnasium.wrappers.AtariPreprocessing))
+    # a life loss ends a training episode through EpisodicLife, which plays on in the game;
+    # AtariPreprocessing's own flag would start a new game at the next reset
     assert (pre.noop_max, pre.frame_skip, pre.screen_size, pre.terminal_on_life_loss) == (
         30,
         4,
         (84, 84),
-        True,
+        False,
     )
+    assert any(isinstance(w, EpisodicLife) for w in chain)
     assert inner.unwrapped._frameskip == 1
     assert inner.unwrapped.ale.getFloat("repeat_action_probability") == pytest.approx(0.25)
     env.close()

@@ -21,10 +21,13 @@ of CleanRL's ``ppo_atari.py`` and SB3's ``AtariWrapper``): the v5 id made with `
 (sticky actions stay at v5's default ``repeat_action_probability=0.25``, Machado's
 recommendation; CleanRL's v4 ``NoFrameskip`` ids have none), then gymnasium's
 ``AtariPreprocessing`` (up to 30 no-op starts, frame skip 4 with a max over the last two
-frames, 84x84 grayscale, ``terminal_on_life_loss`` for training envs only), :class:`FireReset`
-for games whose second action is FIRE, and gymnasium's ``FrameStackObservation(4)``:
-observations ``uint8 [4, 84, 84]``. Rewards are sign-clipped for training by TorchRL's
-``SignTransform`` *after* the return tracker, so logged returns are raw game scores.
+frames, 84x84 grayscale), for training envs only :class:`EpisodicLife` (a life loss ends the
+episode but not the game, SB3's ``EpisodicLifeEnv``), :class:`FireReset` for games whose
+second action is FIRE, and gymnasium's ``FrameStackObservation(4)``: observations
+``uint8 [4, 84, 84]``. Rewards are sign-clipped for training by TorchRL's ``SignTransform``
+*after* the return tracker, so logged returns are raw scores (of one life, in training).
+Until 2026-11-26 training used ``AtariPreprocessing(terminal_on_life_loss=True)``, whose
+next reset starts a new game: training never played past the first life.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from gymnasium import spaces
 
 __all__ = [
     "ATARI_FRAME_STACK",
+    "EpisodicLife",
     "FireReset",
     "MinAtarFreshReset",
     "MinAtarUint8",
@@ -118,6 +122,37 @@ class FireReset(gymnasium.Wrapper):
         return obs, info
 
 
+class EpisodicLife(gymnasium.Wrapper):
+    """A life loss ends the episode (``terminated``: the value bootstraps no further) but not
+    the game: the next reset continues the same game with one no-op step, and only a game
+    over resets it (SB3's ``EpisodicLifeEnv``, CleanRL's ``ppo_atari.py``). For training envs:
+    evaluation plays whole games."""
+
+    def __init__(self, env: gymnasium.Env) -> None:
+        super().__init__(env)
+        self.lives, self.game_over = 0, True
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.game_over = terminated or truncated
+        lives = self.env.unwrapped.ale.lives()
+        if 0 < lives < self.lives:
+            terminated = True
+        self.lives = lives
+        return obs, reward, terminated, truncated, info
+
+    def reset(self, **kwargs):
+        if self.game_over:
+            obs, info = self.env.reset(**kwargs)
+        else:  # a life was lost: play on (a no-op step) from where it was
+            obs, _, terminated, truncated, info = self.env.step(0)
+            if terminated or truncated:
+                obs, info = self.env.reset(**kwargs)
+        self.game_over = False
+        self.lives = self.env.unwrapped.ale.lives()
+        return obs, info
+
+
 def needs_fire(env: gymnasium.Env) -> bool:
     meanings = env.unwrapped.get_action_meanings()
     return len(meanings) >= 3 and meanings[1] == "FIRE"
@@ -130,10 +165,12 @@ def atari_wrappers(env: gymnasium.Env, *, training: bool) -> gymnasium.Env:
         noop_max=30,
         frame_skip=4,
         screen_size=84,
-        terminal_on_life_loss=training,
+        terminal_on_life_loss=False,  # its next reset would start a new game: EpisodicLife
         grayscale_obs=True,
         scale_obs=False,
     )
+    if training:
+        env = EpisodicLife(env)
     if needs_fire(env):
         env = FireReset(env)
     return gymnasium.wrappers.FrameStackObservation(env, ATARI_FRAME_STACK)
