@@ -120,14 +120,15 @@ def _worker(
     slots: int,
     env_kwargs: Mapping[str, Any],
 ) -> None:
+    # Ctrl-C reaches the whole process group and a scheduler's SIGTERM may too: the learner
+    # alone decides when to stop (rlkit.training.signals) and tells the workers through
+    # `stop`; a worker whose learner died stops by itself (_running). First thing, before
+    # the imports: the forkserver hands each worker the default handlers back
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
     from rlkit.data.collector import make_collector
     from rlkit.envs import make_env
 
-    # Ctrl-C reaches the whole process group and a scheduler's SIGTERM may too: the learner
-    # alone decides when to stop (rlkit.training.signals) and tells the workers through
-    # `stop`; a worker whose learner died stops by itself (_running)
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_IGN)
     torch.set_num_threads(1)
     torch.manual_seed(seed)
     env = make_env(env_id, num_envs=num_envs, seed=seed, **env_kwargs)
