@@ -255,55 +255,13 @@ def test_asynchronous_impala_stops_cleanly_with_its_workers(name, to_group, tmp_
     assert frames >= 2048 and f"stopped at {frames:,} of 500,000 frames" in lines[2]
 
 
-@pytest.mark.slow
-def test_ddp_ranks_agree_on_the_batch_when_only_one_is_signalled(tmp_path):
-    """SIGTERM to rank 0 alone: rank 1 learns of it through the all-reduce after the batch and
-    both write the same save (same frames, same save id) and exit; nobody waits forever."""
-    run_dir = tmp_path / "ddp"
+def _stop_two_ranks(strategy: str, run_dir: Path, sig: int, *, to_group: bool):
+    """PPO on two CPU ranks under ``strategy``, signalled after 2,048 frames (the whole job,
+    or the process started alone): its exit status and stderr, once nothing of it is left;
+    and both ranks' checkpoints, which must be the same save."""
     proc = subprocess.Popen(
         [PYTHON, "recipes/ppo.py", "--accelerator", "cpu", "--devices", "2"]
-        + ["--strategy", "ddp", "--eval-every", "0", "--progress", "false"]
-        + ["--checkpoint-every", "0", "--total-frames", "200000", "--run-dir", str(run_dir)],
-        cwd=ROOT,
-        env=ENV,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        _wait_for_frames(proc, run_dir / "metrics.csv", 2048)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 143, err[-3000:]
-    assert _group_gone(proc.pid), "rank 1 outlived the run"
-    zero = ckpt.load(run_dir / "checkpoints" / "last.pt")
-    one = ckpt.load(run_dir / "checkpoints" / "rank1" / "last.pt")
-    assert zero["save_id"] == one["save_id"]
-    assert zero["counters"]["frames"] == one["counters"]["frames"] >= 2048
-    a, b = zero["modules"]["actor"], one["modules"]["actor"]
-    assert all(torch.equal(a[k], b[k]) for k in a), "the ranks stopped at different batches"
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    ("name", "to_group"),
-    [("SIGTERM", False), ("SIGINT", True)],  # a scheduler's `kill` of the launcher; Ctrl-C
-)
-def test_spawned_ranks_stop_together_and_the_launcher_reports_it(name, to_group, tmp_path):
-    """--strategy ddp_spawn: the launching process is not a rank. A signal to it alone is
-    passed on to the ranks; Ctrl-C, which reaches every process, is one request, not two.
-    Either way both ranks write the same save and the launcher exits 128 + the signal
-    (before, torch's spawn wrapper swallowed the ranks' stop and the launcher waited for a
-    result forever)."""
-    sig = getattr(signal, name)
-    run_dir = tmp_path / "spawn"
-    proc = subprocess.Popen(
-        [PYTHON, "recipes/ppo.py", "--accelerator", "cpu", "--devices", "2"]
-        + ["--strategy", "ddp_spawn", "--eval-every", "0", "--progress", "false"]
+        + ["--strategy", strategy, "--eval-every", "0", "--progress", "false"]
         + ["--checkpoint-every", "0", "--total-frames", "200000", "--run-dir", str(run_dir)],
         cwd=ROOT,
         env=ENV,
@@ -318,15 +276,41 @@ def test_spawned_ranks_stop_together_and_the_launcher_reports_it(name, to_group,
             os.killpg(proc.pid, sig)
         else:
             proc.send_signal(sig)
-        out, err = proc.communicate(timeout=120)
+        _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 128 + sig, err[-3000:]
     assert _group_gone(proc.pid), "a rank outlived the run"
-    assert "Traceback" not in err and "received twice" not in err, err
     zero = ckpt.load(run_dir / "checkpoints" / "last.pt")
     one = ckpt.load(run_dir / "checkpoints" / "rank1" / "last.pt")
     assert zero["save_id"] == one["save_id"]
-    frames = zero["counters"]["frames"]
-    assert frames >= 2048 and f"{name}: stopped at {frames:,} of 200,000 frames" in err
+    assert zero["counters"]["frames"] == one["counters"]["frames"] >= 2048
+    a, b = zero["modules"]["actor"], one["modules"]["actor"]
+    assert all(torch.equal(a[k], b[k]) for k in a), "the ranks stopped at different batches"
+    return err, zero["counters"]["frames"]
+
+
+@pytest.mark.slow
+def test_ddp_ranks_agree_on_the_batch_when_only_one_is_signalled(tmp_path):
+    """SIGTERM to rank 0 alone: rank 1 learns of it through the all-reduce after the batch and
+    both write the same save (same frames, same save id) and exit; nobody waits forever."""
+    _stop_two_ranks("ddp", tmp_path / "ddp", signal.SIGTERM, to_group=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "to_group"),
+    [("SIGTERM", False), ("SIGINT", True)],  # a scheduler's `kill` of the launcher; Ctrl-C
+)
+def test_spawned_ranks_stop_together_and_the_launcher_reports_it(name, to_group, tmp_path):
+    """--strategy ddp_spawn: the launching process is not a rank. A signal to it alone is
+    passed on to the ranks; Ctrl-C, which reaches every process, is one request, not two.
+    Either way both ranks write the same save and the launcher exits 128 + the signal
+    (before, torch's spawn wrapper swallowed the ranks' stop and the launcher waited for a
+    result forever)."""
+    err, frames = _stop_two_ranks(
+        "ddp_spawn", tmp_path / "spawn", getattr(signal, name), to_group=to_group
+    )
+    assert "Traceback" not in err and "received twice" not in err, err
+    assert f"{name}: stopped at {frames:,} of 200,000 frames" in err

@@ -38,23 +38,15 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 SAME_REQUEST_S = 1.0
 
 
-class StopRequest:
-    """A context manager that turns SIGINT and SIGTERM into a request checked between
-    batches; the handlers it replaced are restored on exit.
+class _Handlers:
+    """Installs :meth:`_handle` for SIGINT and SIGTERM on entry and restores the handlers it
+    replaced on exit; outside the main thread (where Python cannot install handlers) it does
+    nothing."""
 
-    ``notify`` is called once, from the handler, with a line for the person watching.
-    Outside the main thread (where Python cannot install handlers) it does nothing and
-    :attr:`signum` stays ``None``.
-    """
-
-    def __init__(self, notify: Callable[[str], None] = print) -> None:
-        self.notify = notify
-        #: the first stop signal received, or None
-        self.signum: int | None = None
-        self._first_at = 0.0
+    def __init__(self) -> None:
         self._previous: dict[int, object] = {}
 
-    def __enter__(self) -> StopRequest:
+    def __enter__(self):
         if threading.current_thread() is threading.main_thread():
             for sig in STOP_SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handle)
@@ -64,6 +56,26 @@ class StopRequest:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        raise NotImplementedError
+
+
+class StopRequest(_Handlers):
+    """A context manager that turns SIGINT and SIGTERM into a request checked between
+    batches; the handlers it replaced are restored on exit.
+
+    ``notify`` is called once, from the handler, with a line for the person watching.
+    Outside the main thread (where Python cannot install handlers) it does nothing and
+    :attr:`signum` stays ``None``.
+    """
+
+    def __init__(self, notify: Callable[[str], None] = print) -> None:
+        super().__init__()
+        self.notify = notify
+        #: the first stop signal received, or None
+        self.signum: int | None = None
+        self._first_at = 0.0
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.signum is not None:  # asked twice: stop now, unless it is the same request
@@ -92,29 +104,14 @@ class StopRequest:
         return int(fabric.all_reduce(flag, reduce_op="max"))
 
 
-class ForwardStop:
+class ForwardStop(_Handlers):
     """A context manager for a process that launched the ranks and waits for them: SIGINT
     and SIGTERM are passed on to its live child processes (which stop as
     :class:`StopRequest` says) instead of ending this one, so the ranks can checkpoint and
     report. The handlers it replaced are restored on exit; outside the main thread it does
     nothing."""
 
-    def __init__(self) -> None:
-        self._previous: dict[int, object] = {}
-
-    def __enter__(self) -> ForwardStop:
-        if threading.current_thread() is threading.main_thread():
-            for sig in STOP_SIGNALS:
-                self._previous[sig] = signal.signal(sig, self._forward)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous.clear()
-
-    @staticmethod
-    def _forward(signum: int, frame: FrameType | None) -> None:
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         for child in multiprocessing.active_children():
             if child.pid is not None:
                 with contextlib.suppress(ProcessLookupError):  # it has just ended
