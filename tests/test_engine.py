@@ -124,6 +124,81 @@ def test_resume_continues_frames_and_schedules(ppo, tmp_path):
     assert math.isclose(lr[192], 1e-3 * (1 - 128 / 256), rel_tol=1e-6)
 
 
+class _FirstBatches:
+    """The engine's collector hook, recording the observations of each collector's first
+    batch (one per run or resume)."""
+
+    def __init__(self, make):
+        self.make, self.first = make, []
+
+    def __call__(self, env, learner, device, *, seed=None):
+        collector = self.make(env, learner, device, seed=seed)
+        spy = self
+
+        class Recording:
+            def __iter__(self):
+                for i, batch in enumerate(collector):
+                    if i == 0:
+                        spy.first.append(batch["observation"][:, 0].clone())
+                    yield batch
+
+            def __getattr__(self, name):
+                return getattr(collector, name)
+
+        return Recording()
+
+
+def test_a_resumed_run_does_not_replay_its_first_episodes(ppo, tmp_path, monkeypatch):
+    """The envs of a resumed run start from seeds that count its frames, not from the run's
+    first seeds (which would replay its first episodes after every resume); a fresh run with
+    the same seed starts where the first did."""
+    from rlkit.training import engine
+
+    spy = _FirstBatches(engine.default_collector)
+    monkeypatch.setattr(engine, "default_collector", spy)
+    common = [*TINY, *QUIET, "--eval-every", "0", "--run-dir", str(tmp_path / "run")]
+    ppo.main([*common, "--total-frames", "128"])
+    ppo.main([*common, "--total-frames", "256", "--resume", "last"])
+    ppo.main([*TINY, *QUIET, "--total-frames", "64", "--run-dir", str(tmp_path / "again")])
+    first, resumed, again = spy.first
+    assert torch.equal(first, again)  # the same seed, the same start states
+    assert not torch.equal(first, resumed)
+
+
+def test_a_resumed_population_does_not_replay_its_first_episodes(ppo, tmp_path, monkeypatch):
+    from rlkit.training import engine
+
+    spy = _FirstBatches(engine.default_collector)
+    monkeypatch.setattr(engine, "default_collector", spy)
+    common = [*TINY, *QUIET, "--eval-every", "0", "--population", "2"]
+    common += ["--run-dir", str(tmp_path / "run")]
+    ppo.main([*common, "--total-frames", "128"])
+    ppo.main([*common, "--total-frames", "256", "--resume", "last"])
+    first, resumed = spy.first
+    assert first.shape == resumed.shape == (8, 4)  # 2 members x 4 envs, CartPole's 4 numbers
+    assert not any(torch.equal(a, b) for a, b in zip(first, resumed, strict=True))
+
+
+def test_a_resumed_impala_run_seeds_its_workers_past_the_run_start(tmp_path, monkeypatch):
+    from rlkit.data import async_collect
+
+    seeds: list[int] = []
+    real = async_collect.WorkerCollector.__init__
+
+    def init(self, *args, **kwargs):
+        seeds.append(kwargs["seed"])
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(async_collect.WorkerCollector, "__init__", init)
+    impala = load_recipe("impala")
+    common = ["--num-envs", "4", "--rollout-steps", "16", "--minibatch-size", "32", *QUIET]
+    common += ["--eval-every", "0"]
+    common += ["--seed", "3", "--run-dir", str(tmp_path / "run")]
+    impala.main([*common, "--total-frames", "128"])
+    impala.main([*common, "--total-frames", "256", "--resume", "last"])
+    assert seeds == [3, 3 + 128]
+
+
 def test_warm_start_copies_weights_only(ppo, tmp_path):
     src = tmp_path / "src"
     ppo.main([*TINY, *QUIET, "--total-frames", "64", "--eval-every", "0", "--run-dir", str(src)])

@@ -337,9 +337,11 @@ class OffPolicyLearner(Learner):
         return result
 
 
-def offpolicy_collector(env, learner: Learner, device):
+def offpolicy_collector(env, learner: Learner, device, *, seed: int | None = None):
     """The engine's ``make_collector`` hook for off-policy recipes: rlkit's fast
-    :class:`~rlkit.data.collector.VectorEnvCollector` (TorchRL's ``Collector`` as fallback)."""
+    :class:`~rlkit.data.collector.VectorEnvCollector` (TorchRL's ``Collector`` as fallback)
+    over the env, which the engine has seeded (``seed`` is for collectors with envs of their
+    own)."""
     from rlkit.data.collector import make_collector
 
     device = None if torch.device(device).type == "cpu" else device

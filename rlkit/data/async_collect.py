@@ -327,12 +327,13 @@ def worker_collector_factory(
     *, num_workers: int, sync: bool, env_kwargs: Mapping[str, Any] | None = None
 ) -> Callable[[Any, Any, Any], WorkerCollector]:
     """``make_collector`` for :func:`rlkit.training.run`: a :class:`WorkerCollector` over the
-    rank's env count and frames per batch. Rank ``r`` seeds its workers from
-    ``seed + 1000 * r`` like the engine's own env."""
+    rank's env count and frames per batch, its workers seeded from the engine's ``seed`` for
+    the rank (``--seed + 1000 * rank``, plus the frames trained when a run resumes), as the
+    engine's own env."""
     return partial(_build, num_workers=num_workers, sync=sync, env_kwargs=env_kwargs)
 
 
-def _build(env, learner, device, *, num_workers, sync, env_kwargs):
+def _build(env, learner, device, *, num_workers, sync, env_kwargs, seed=None):
     from rlkit.training.population import PopulationLearner
 
     if isinstance(learner, PopulationLearner):
@@ -346,7 +347,9 @@ def _build(env, learner, device, *, num_workers, sync, env_kwargs):
 
         return default_collector(env, learner, device)
     cfg = learner.cfg
-    rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+    if seed is None:
+        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        seed = cfg.seed + 1000 * rank
     return WorkerCollector(
         env_id=cfg.env,
         policy=learner.collect_policy(),
@@ -354,7 +357,7 @@ def _build(env, learner, device, *, num_workers, sync, env_kwargs):
         frames_per_batch=learner.frames_per_batch,
         num_workers=num_workers,
         sync=sync,
-        seed=cfg.seed + 1000 * rank,
+        seed=seed,
         device=device,
         # --env-kwargs / --max-episode-steps reach the workers' envs as the engine's own
         env_kwargs=cfg.gym_options() if env_kwargs is None else env_kwargs,

@@ -11,6 +11,14 @@ from rlkit.envs.make import (
     get_reward_norm,
     make_env,
     make_eval_env,
+    reseed,
 )
 
-__all__ = ["check_same_spaces", "get_obs_norm", "get_reward_norm", "make_env", "make_eval_env"]
+__all__ = [
+    "check_same_spaces",
+    "get_obs_norm",
+    "get_reward_norm",
+    "make_env",
+    "make_eval_env",
+    "reseed",
+]

@@ -50,6 +50,7 @@ __all__ = [
     "get_reward_norm",
     "make_env",
     "make_eval_env",
+    "reseed",
 ]
 
 GymWrapperFn = Callable[[gymnasium.Env], gymnasium.Env]
@@ -310,15 +311,30 @@ def make_env(
     except ValueError:
         venv.close()
         raise
-    if isinstance(seed, Sequence):
-        seeds = [int(s) for s in seed]
-        if len(seeds) != num_envs:
-            venv.close()
-            raise ValueError(f"make_env: {len(seeds)} seeds for num_envs={num_envs} sub-envs")
-        base.reset(seed=seeds)  # gymnasium seeds sub-env i with seeds[i]
-    elif seed is not None:
-        base.set_seed(seed)
+    if isinstance(seed, Sequence) and len(seed) != num_envs:
+        venv.close()
+        raise ValueError(f"make_env: {len(seed)} seeds for num_envs={num_envs} sub-envs")
+    if seed is not None:
+        _seed(base, seed)
     return TransformedEnv(base, Compose(*transforms))
+
+
+def _seed(base: EnvBase, seed: int | Sequence[int]) -> None:
+    if isinstance(seed, Sequence):
+        base.reset(seed=[int(s) for s in seed])  # gymnasium seeds sub-env i with seeds[i]
+    else:
+        base.set_seed(seed)
+
+
+def reseed(env: EnvBase, seed: int | Sequence[int]) -> None:
+    """Seed an env :func:`make_env` built again, as ``make_env(..., seed=seed)`` seeds it
+    (sub-env ``i`` with ``seed + i``, or with ``seed[i]``): its next reset starts the
+    episodes those seeds give. A resumed run uses it so that its envs do not replay the
+    run's first episodes."""
+    base = env.base_env if isinstance(env, TransformedEnv) else env
+    if isinstance(seed, Sequence) and len(seed) != int(base.batch_size[0]):
+        raise ValueError(f"reseed: {len(seed)} seeds for {int(base.batch_size[0])} sub-envs")
+    _seed(base, seed)
 
 
 def _transforms(

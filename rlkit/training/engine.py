@@ -582,8 +582,17 @@ class Engine:
             f"{cfg.seed}, {fabric.world_size} process(es), run dir {run_dir}"
         )
         ctx = Context(fabric, cfg.total_frames, counters, compile=cfg.compile)
+        # the seed this rank's envs and collector streams start from. A resumed run's counts
+        # its frames: the run's first seeds again would replay its first episodes after
+        # every resume
+        seed = cfg.seed + 1000 * rank
         try:
-            collector = batch_floor(cfg, self.make_collector(env, learner, fabric.device), fabric)
+            if resume_path is not None:
+                seed += counters.frames
+                _reseed_envs(cfg, env, learner, counters.frames, rank, fabric.world_size)
+            collector = batch_floor(
+                cfg, self.make_collector(env, learner, fabric.device, seed=seed), fabric
+            )
         except BaseException:
             env.close()
             raise
@@ -677,8 +686,25 @@ def batch_floor(cfg: TrainConfig, collector, fabric):
     )
 
 
-def default_collector(env, learner: Learner, device):
-    """A synchronous, in-process collector over the batched env.
+def _reseed_envs(cfg: TrainConfig, env, learner, frames: int, rank: int, world_size: int):
+    """A resumed run's training envs, seeded as at the run's start plus ``frames``
+    (a population's sub-envs member by member, :func:`rlkit.training.population.env_seeds`,
+    and its members' worker streams as their standalone runs' new workers)."""
+    from rlkit.envs import reseed
+
+    if cfg.population > 1 or cfg.sweep:
+        from rlkit.training.population import env_seeds, rank_members
+
+        _, members = rank_members(cfg, rank, world_size)
+        reseed(env, [s + frames for s in env_seeds(cfg, members)])
+        learner.restart_collection(frames)
+    else:
+        reseed(env, cfg.seed + 1000 * rank + frames)
+
+
+def default_collector(env, learner: Learner, device, *, seed: int | None = None):
+    """A synchronous, in-process collector over the batched env (seeded already: ``seed``,
+    the engine's seed for this rank's collection, is for collectors with envs of their own).
 
     ``VectorEnvCollector`` steps ``make_env``'s gymnasium vector env directly and yields
     batches identical to TorchRL's ``Collector`` (tested key by key) at 2.2x its frames/s on

@@ -435,8 +435,10 @@ class PopulationLearner(Learner):
         #: the streams the members' actions are sampled from: the members' own, or one per
         #: collector worker of each member's standalone run (``worker_seeds``). Worker
         #: streams are not checkpointed: a resumed standalone run starts new workers, seeded
-        #: afresh, as its envs restart their episodes; a resumed member does the same
+        #: afresh (plus the frames trained), as its envs restart their episodes; a resumed
+        #: member does the same (restart_collection)
         self.collect_rngs: list[_MemberRNG] = []
+        self._worker_seeds = worker_seeds
         block_actors = []
         for i, actor in enumerate(actors):
             seeds_i = None if worker_seeds is None else worker_seeds[i]
@@ -467,6 +469,18 @@ class PopulationLearner(Learner):
         # loss: optimisers and checkpoint loads update them in place)
         self._tensors: dict[int, dict[str, torch.Tensor]] = {}
         self._joint = _JointAdam()
+
+    def restart_collection(self, offset: int) -> None:
+        """The worker streams of a resumed run: seeded, as a resumed standalone run seeds
+        its new workers, with the worker seeds plus ``offset`` (the frames trained)."""
+        streams = iter(self.collect_rngs)
+        for i in range(len(self.members)):
+            seeds_i = None if self._worker_seeds is None else self._worker_seeds[i]
+            if seeds_i is None:
+                next(streams)  # the member's own stream, restored from the checkpoint
+                continue
+            for seed in seeds_i:
+                next(streams).state = torch.Generator().manual_seed(int(seed) + offset).get_state()
 
     # ---------------------------------------------------------------- Learner interface
     @property
