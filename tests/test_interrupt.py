@@ -41,6 +41,32 @@ def test_first_signal_is_a_request_the_second_stops_at_once_and_handlers_come_ba
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
 
 
+def test_a_launcher_with_no_rank_left_stops_on_a_signal_and_a_rank_stopped_at_once_reports():
+    """ForwardStop passes signals on to the ranks; with none left alive it stops its own
+    process, as without it. A rank stopped at once (a second signal, or Ctrl-C before its
+    loop) returns that stop instead of raising it into torch's spawn wrapper, which would
+    swallow it and leave the launcher waiting for a result for ever."""
+    from rlkit.training.engine import Engine, _Stopped
+    from rlkit.training.signals import ForwardStop
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt, match="SIGTERM received"), ForwardStop():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)
+    assert signal.getsignal(signal.SIGTERM) == before
+
+    engine = Engine.__new__(Engine)
+
+    def at_once(fabric):
+        raise KeyboardInterrupt("SIGTERM received twice: stopped at once")
+
+    engine._run_rank = at_once
+    stopped = engine._run_launched_rank(None)
+    assert stopped == _Stopped("SIGTERM received twice: stopped at once", None, None)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    signal.signal(signal.SIGTERM, before)
+
+
 def test_a_repeat_of_the_first_signal_at_once_is_the_same_request(monkeypatch):
     """A terminal's Ctrl-C reaches every process of the job, and a launcher passes it on:
     the copy that follows within SAME_REQUEST_S is not a second request; a later one is."""
@@ -92,6 +118,27 @@ def test_a_signal_during_the_final_evaluation_waits_for_it_and_the_run_completes
     counters = ckpt.load(tmp_path / "checkpoints" / "last.pt")["counters"]
     assert counters["frames"] == counters["last_eval_frames"] == 1024
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
+
+
+def test_a_signal_during_the_last_batch_lets_the_run_complete(tmp_path, monkeypatch, capsys):
+    """Signalled while its last batch trains, a run has nothing left to stop: it evaluates,
+    checkpoints and writes its summary rather than saying it stopped at N of N frames."""
+    from rlkit.training import engine
+    from tests.test_engine import load_recipe
+
+    real = engine._LoopState.maybe_checkpoint
+
+    def maybe_checkpoint(self, **kwargs):
+        if self.counters.frames >= self.cfg.total_frames:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+        return real(self, **kwargs)
+
+    monkeypatch.setattr(engine._LoopState, "maybe_checkpoint", maybe_checkpoint)
+    summary = load_recipe("ppo").main([*FINAL, "--run-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert summary["frames"] == 1024 and (tmp_path / "summary.json").is_file()
+    assert "stopped at" not in err and "SIGTERM came after the last batch" in err, err
 
 
 def test_a_second_signal_during_the_final_evaluation_keeps_every_frame_trained(

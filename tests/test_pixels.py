@@ -212,6 +212,37 @@ def test_atari_env_equals_a_hand_assembled_gymnasium_chain(evaluation):
     ref.close()
 
 
+def _rollout(env, actions) -> list[torch.Tensor]:
+    td = env.reset()
+    frames = []
+    for a in actions:
+        td["action"] = torch.tensor([int(a)])
+        td, td_next = env.step_and_maybe_reset(td)
+        frames.append(td["next", "observation"][0, -1].clone())
+        td = td_next
+    return frames
+
+
+def test_a_reseeded_atari_training_env_plays_the_game_its_seed_gives():
+    """A resumed run reseeds its envs (rlkit.envs.reseed): a training env in the middle of a
+    game must start the new seed's game, not play on in the old one (EpisodicLife plays on
+    after a lost life only)."""
+    _needs("ale_py")
+    from rlkit.envs import reseed
+
+    actions = np.random.default_rng(1).integers(0, 4, size=60)
+    used = make_env("ALE/Breakout-v5", num_envs=1, seed=0)
+    _rollout(used, actions[:30])  # mid-game
+    reseed(used, 5000)
+    fresh = make_env("ALE/Breakout-v5", num_envs=1, seed=5000)
+    other = make_env("ALE/Breakout-v5", num_envs=1, seed=0)
+    got, want, old = (_rollout(e, actions) for e in (used, fresh, other))
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(got, old, strict=True))
+    for e in (used, fresh, other):
+        e.close()
+
+
 def test_atari_protocol_settings():
     _needs("ale_py")
     env = make_env("ALE/Pong-v5", num_envs=1, seed=0)

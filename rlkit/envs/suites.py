@@ -142,7 +142,7 @@ class EpisodicLife(gymnasium.Wrapper):
         return obs, reward, terminated, truncated, info
 
     def reset(self, **kwargs):
-        if self.game_over:
+        if self.game_over or kwargs.get("seed") is not None:  # a seed asks for a new game
             obs, info = self.env.reset(**kwargs)
         else:  # a life was lost: play on (a no-op step) from where it was
             obs, _, terminated, truncated, info = self.env.step(0)

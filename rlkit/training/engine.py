@@ -27,6 +27,7 @@ import json
 import math
 import signal
 import sys
+import threading
 import time
 import uuid
 import warnings
@@ -385,8 +386,8 @@ class _Stopped:
     (:meth:`Engine._run_launched_rank`); the launching process raises it again."""
 
     message: str
-    signum: int
-    frames: int
+    signum: int | None  # None: stopped at once, without a checkpoint of its own
+    frames: int | None
 
 
 class Engine:
@@ -416,6 +417,8 @@ class Engine:
             # and waits for them (rlkit.training.signals.ForwardStop).
             with ForwardStop():
                 result = fabric.launch(self._run_launched_rank)
+            if isinstance(result, _Stopped) and result.signum is None:
+                raise KeyboardInterrupt(result.message)
             if isinstance(result, _Stopped):
                 raise RunInterrupted(result.message, signum=result.signum, frames=result.frames)
             return result
@@ -427,10 +430,17 @@ class Engine:
         not raised. torch's spawn wrapper (``torch.multiprocessing.spawn._wrap``) swallows a
         ``KeyboardInterrupt``, which :class:`RunInterrupted` is, and exits 0 without a result,
         so the launcher waited forever for rank 0's."""
+        if threading.current_thread() is threading.main_thread():
+            # a forked rank inherits the launcher's ForwardStop, which would swallow a signal
+            # here (it has no children to pass it to): Python's own handlers until the loop's
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
         try:
             return self._run_rank(fabric)
         except RunInterrupted as err:
             return _Stopped(str(err), err.signum, err.frames)
+        except KeyboardInterrupt as err:  # stopped at once (a second signal, or in set-up)
+            return _Stopped(str(err) or "stopped before training began", None, None)
 
     def _run_rank(self, fabric) -> dict[str, Any]:
         try:
@@ -659,8 +669,8 @@ class Engine:
             if solved:  # finished: a stop request changes nothing
                 break
             signum = stop.agreed(s.fabric)
-            if signum:
-                s.interrupt(signum)
+            if signum and counters.frames < cfg.total_frames:
+                s.interrupt(signum)  # after the last batch, finish() says the run is complete
             tick = time.perf_counter()
 
 

@@ -112,7 +112,9 @@ class ForwardStop(_Handlers):
     nothing."""
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        for child in multiprocessing.active_children():
-            if child.pid is not None:
-                with contextlib.suppress(ProcessLookupError):  # it has just ended
-                    os.kill(child.pid, signum)
+        children = [c for c in multiprocessing.active_children() if c.pid is not None]
+        if not children:  # nobody to pass it to: stop this process, as without the handler
+            raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
+        for child in children:
+            with contextlib.suppress(ProcessLookupError):  # it has just ended
+                os.kill(child.pid, signum)
