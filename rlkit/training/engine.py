@@ -599,7 +599,7 @@ class Engine:
         try:
             if resume_path is not None:
                 seed += counters.frames
-                _reseed_envs(cfg, env, learner, counters.frames, rank, fabric.world_size)
+                _reseed_envs(cfg, env, learner, seed, counters.frames, rank, fabric.world_size)
             collector = batch_floor(
                 cfg, self.make_collector(env, learner, fabric.device, seed=seed), fabric
             )
@@ -696,10 +696,11 @@ def batch_floor(cfg: TrainConfig, collector, fabric):
     )
 
 
-def _reseed_envs(cfg: TrainConfig, env, learner, frames: int, rank: int, world_size: int):
-    """A resumed run's training envs, seeded as at the run's start plus ``frames``
-    (a population's sub-envs member by member, :func:`rlkit.training.population.env_seeds`,
-    and its members' worker streams as their standalone runs' new workers)."""
+def _reseed_envs(cfg: TrainConfig, env, learner, seed: int, frames: int, rank, world_size):
+    """A resumed run's training envs, seeded with ``seed`` (the run's start seed plus
+    ``frames``); a population's sub-envs member by member
+    (:func:`rlkit.training.population.env_seeds` plus ``frames``) and its members' worker
+    streams as their standalone runs' new workers."""
     from rlkit.envs import reseed
 
     if cfg.population > 1 or cfg.sweep:
@@ -709,7 +710,7 @@ def _reseed_envs(cfg: TrainConfig, env, learner, frames: int, rank: int, world_s
         reseed(env, [s + frames for s in env_seeds(cfg, members)])
         learner.restart_collection(frames)
     else:
-        reseed(env, cfg.seed + 1000 * rank + frames)
+        reseed(env, seed)
 
 
 def default_collector(env, learner: Learner, device, *, seed: int | None = None):
