@@ -26,6 +26,7 @@ versions, host, command line) and ``.md`` (tables)::
     .venv/bin/python benchmarks/bench_minatar_fps.py                       # F = 262,144, R = 3
     .venv/bin/python benchmarks/bench_minatar_fps.py --games Breakout-v1 --repeats 1 \\
         --frames 65536 --out /tmp/fps_smoke                                # smoke test
+    .venv/bin/python benchmarks/bench_minatar_fps.py --device cuda         # both on a GPU
 """
 
 from __future__ import annotations
@@ -60,10 +61,11 @@ from common import (  # noqa: E402
 TEMPLATES = {
     "rlkit": (
         "{python} recipes/ppo.py --env {env} --total-frames {frames} --eval-every 0"
-        " --progress false --seed {seed} --run-dir {run_dir}"
+        " --progress false --seed {seed} --run-dir {run_dir} --accelerator {accelerator}"
     ),
     "plain": (
         "{python} benchmarks/plain_ppo_minatar.py --env {env} --total-frames {frames} --seed {seed}"
+        " --device {device}"
     ),
 }
 SIDES = ("rlkit", "plain")
@@ -94,6 +96,7 @@ def run_one(side: str, env_id: str, repeat: int, seed: int, args: argparse.Names
     with tempfile.TemporaryDirectory(prefix=f"fps_minatar_{side}_") as tmp:
         run_dir = Path(tmp) / "run"
         values = dict(python=args.python, env=env_id, frames=args.frames, seed=seed)
+        values |= dict(device=args.device, accelerator="gpu" if args.device == "cuda" else "cpu")
         values["run_dir"] = run_dir
         command = shlex.split(
             TEMPLATES[side].format(**{k: shlex.quote(str(v)) for k, v in values.items()})
@@ -183,7 +186,7 @@ def render_markdown(payload: dict[str, Any]) -> str:
         f"- command: `{meta['command']}`",
         f"- date (UTC): {meta['date_utc']}; {meta['frames']:,} frames per run "
         f"({meta['frames'] // (64 * 128)} updates of 64 envs x 128 steps); repeats "
-        f"{meta['repeats']}, seeds {meta['seeds']}",
+        f"{meta['repeats']}, seeds {meta['seeds']}; device {meta.get('device', 'cpu')}",
         f"- host: {host['cpu_model']}, {host['logical_cpus']} logical CPUs, load at start "
         f"{host['load_average_at_start']}; 1-minute load before each run "
         f"{min(loads):.2f} to {max(loads):.2f} (shared machine)",
@@ -234,6 +237,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--python", type=Path, default=default_python())
     p.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks/results/fps_minatar_ppo")
     p.add_argument("--note", default="", help="free text stored with the results")
+    p.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="where both sides keep their networks and batches (rlkit: --accelerator gpu)",
+    )
     args = p.parse_args(argv)
     if args.frames % (64 * 128) or args.repeats < 1:
         p.error("--frames must be a multiple of 8192 (64 envs x 128 steps); --repeats >= 1")
@@ -254,6 +263,7 @@ def main(argv: list[str] | None = None) -> None:
         versions=package_versions(args.python, PACKAGES),
         templates=TEMPLATES,
         timeout_s=args.timeout,
+        device=args.device,
         note=args.note,
     )
     runs = []

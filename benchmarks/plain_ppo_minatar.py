@@ -19,7 +19,8 @@ It does the same work per frame as rlkit's ``MinAtar/*`` PPO preset
   advantages standardised per minibatch, clip 0.2, value loss
   ``0.5 * 0.5 * max((V - target)^2, (V_clipped - target)^2)`` with ``V`` clipped to
   ``V_old +- 0.2``, entropy 0.01, gradient norm 0.5, Adam lr 5e-4 eps 1e-5;
-* one torch thread (rlkit's ``--threads 1``).
+* one torch thread (rlkit's ``--threads 1``); ``--device cuda`` keeps the networks and the
+  rollout batch on the GPU (rlkit's ``--accelerator gpu``).
 
 Printed at the end: frames/s as rlkit's ``summary.json`` defines ``fps`` (frames / training
 seconds, where training seconds sum the collection and update of every batch and leave out
@@ -117,20 +118,22 @@ def main() -> None:
     p.add_argument("--total-frames", type=int, default=262_144)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--network", choices=("mlp", "conv"), default="mlp")
+    p.add_argument("--device", default="cpu", help="cpu or cuda: where the networks and batch live")
     args = p.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
+    device = torch.device(args.device)
 
     envs = make_envs(args.env, NUM_ENVS)
     obs_shape = envs.single_observation_space.shape
     chw = (obs_shape[-1], *obs_shape[:-1])
-    model = ActorCritic(args.network, chw, int(envs.single_action_space.n))
+    model = ActorCritic(args.network, chw, int(envs.single_action_space.n)).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=LR, eps=ADAM_EPS)
 
     n, t = NUM_ENVS, ROLLOUT_STEPS
-    obs = torch.zeros((t, n, *obs_shape), dtype=torch.uint8)
-    actions = torch.zeros((t, n), dtype=torch.int64)
-    log_probs, rewards, dones, values = (torch.zeros((t, n)) for _ in range(4))
+    obs = torch.zeros((t, n, *obs_shape), dtype=torch.uint8, device=device)
+    actions = torch.zeros((t, n), dtype=torch.int64, device=device)
+    log_probs, rewards, dones, values = (torch.zeros((t, n), device=device) for _ in range(4))
 
     next_obs, _ = envs.reset(seed=args.seed)  # env i gets seed + i
     next_done = np.zeros(n, dtype=bool)
@@ -142,15 +145,15 @@ def main() -> None:
         tick = time.perf_counter()
         # collect t steps of n envs
         for step in range(t):
-            obs[step] = torch.from_numpy(next_obs)
-            dones[step] = torch.from_numpy(next_done)
+            obs[step] = torch.from_numpy(next_obs).to(device)
+            dones[step] = torch.from_numpy(next_done).to(device)
             with torch.no_grad():
                 logits, value = model(obs[step])
                 dist = Categorical(logits=logits)
                 action = dist.sample()
             actions[step], log_probs[step], values[step] = action, dist.log_prob(action), value
-            next_obs, reward, terminated, truncated, _ = envs.step(action.numpy())
-            rewards[step] = torch.from_numpy(reward)
+            next_obs, reward, terminated, truncated, _ = envs.step(action.cpu().numpy())
+            rewards[step] = torch.from_numpy(reward).to(device)
             next_done = terminated | truncated  # MinAtar has no time limit: all terminations
             episode_return += reward
             if next_done.any():
@@ -161,10 +164,10 @@ def main() -> None:
 
         # GAE(gamma, lambda), bootstrapped from the value of the last observation
         with torch.no_grad():
-            _, next_value = model(torch.from_numpy(next_obs))
+            _, next_value = model(torch.from_numpy(next_obs).to(device))
             advantages = torch.zeros_like(rewards)
-            last = torch.zeros(n)
-            not_done = 1.0 - torch.from_numpy(next_done).float()
+            last = torch.zeros(n, device=device)
+            not_done = 1.0 - torch.from_numpy(next_done).float().to(device)
             for step in reversed(range(t)):
                 delta = rewards[step] + GAMMA * next_value * not_done - values[step]
                 last = delta + GAMMA * GAE_LAMBDA * not_done * last
@@ -178,7 +181,7 @@ def main() -> None:
             x.reshape(-1) for x in (log_probs, advantages, returns, values)
         )
         for _ in range(EPOCHS):
-            for idx in torch.randperm(n * t).split(MINIBATCH):
+            for idx in torch.randperm(n * t, device=device).split(MINIBATCH):
                 logits, value = model(b_obs[idx])
                 dist = Categorical(logits=logits)
                 ratio = (dist.log_prob(b_actions[idx]) - b_log_probs[idx]).exp()
@@ -197,6 +200,8 @@ def main() -> None:
                 loss.backward()
                 nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
                 optimizer.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
         train_seconds += time.perf_counter() - tick
 
     envs.close()
@@ -210,6 +215,7 @@ def main() -> None:
         env=args.env,
         seed=args.seed,
         network=args.network,
+        device=args.device,
         frames=frames,
         train_seconds=round(train_seconds, 3),
         fps=round(fps, 1),

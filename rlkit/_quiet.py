@@ -10,6 +10,7 @@ recipes' command line): importing rlkit installs no warning filter.
 from __future__ import annotations
 
 import contextlib
+import logging
 import warnings
 from collections.abc import Iterator
 
@@ -25,15 +26,44 @@ _IGNORED = [
 ]
 
 
+#: Lightning's INFO notices (logged once per process on rank 0), by logger and message. On
+#: a GPU with Tensor Cores Lightning suggests ``torch.set_float32_matmul_precision``: rlkit
+#: keeps float32 matrix products at full precision (its results must not depend on the card),
+#: so the notice is not actionable inside a recipe.
+_NOTICES = ("that has Tensor Cores",)
+_NOTICE_LOGGERS = (
+    "lightning.fabric.utilities.rank_zero",
+    "lightning.pytorch.utilities.rank_zero",
+    "lightning_fabric.utilities.rank_zero",
+    "pytorch_lightning.utilities.rank_zero",
+)
+
+
+class _DropNotices(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(notice in message for notice in _NOTICES)
+
+
+_DROP = _DropNotices()
+
+
 def install() -> None:
     """Add the filters for the rest of the process (a recipe's command-line entry only)."""
     for category, message, module in _IGNORED:
         warnings.filterwarnings("ignore", message=message, category=category, module=module)
+    for name in _NOTICE_LOGGERS:
+        logging.getLogger(name).addFilter(_DROP)  # a filter added twice is kept once
 
 
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
     """The filters inside the block only; the caller's filters come back afterwards."""
+    added = [n for n in _NOTICE_LOGGERS if _DROP not in logging.getLogger(n).filters]
     with warnings.catch_warnings():
         install()
-        yield
+        try:
+            yield
+        finally:
+            for name in added:
+                logging.getLogger(name).removeFilter(_DROP)

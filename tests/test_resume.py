@@ -187,3 +187,31 @@ def test_a_multi_line_error_is_printed_as_one_line_with_the_matter_first():
         "PPOLoss declares 'advantage' ...: run GAE first (the batch holds obs, reward)"
     )
     assert _one_line("one line only") == "one line only"
+
+
+def test_checkpoints_keep_their_structure_and_state_dict_metadata_through_to_cpu(tmp_path):
+    """``atomic_save`` writes tensors from the CPU (a GPU run's file loads anywhere) and keeps
+    everything else: dict order, a state_dict's version metadata, lists, tuples, numbers."""
+    import collections
+
+    import torch
+
+    from rlkit.training.checkpoint import atomic_save, to_cpu
+
+    net = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.LayerNorm(3))
+    state = net.state_dict()
+    Pair = collections.namedtuple("Pair", "a b")
+    payload = {"modules": {"net": state}, "rows": [torch.ones(2), 3], "pair": (1, "x")}
+    assert to_cpu(Pair(torch.zeros(1), 2)).b == 2
+    out = to_cpu(payload)
+    assert isinstance(out["modules"]["net"], collections.OrderedDict)
+    assert out["modules"]["net"]._metadata == state._metadata
+    assert list(out["modules"]["net"]) == list(state)
+    assert out["rows"][1] == 3 and out["pair"] == (1, "x")
+    assert out["rows"][0].data_ptr() == payload["rows"][0].data_ptr()  # on the CPU: no copy
+    path = atomic_save(payload, tmp_path / "c.pt")
+    back = torch.load(path, weights_only=True)
+    fresh = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.LayerNorm(3))
+    fresh.load_state_dict(back["modules"]["net"])
+    for a, b in zip(fresh.state_dict().values(), state.values(), strict=True):
+        assert torch.equal(a, b)

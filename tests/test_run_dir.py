@@ -361,3 +361,21 @@ def test_video_every_and_log_scalars_false(ppo, tmp_path):
     assert videos == ["eval_000000000128.gif", "eval_000000000256.gif"]
     assert not (run_dir / "metrics.csv").exists()
     assert (run_dir / "eval.csv").is_file() and (run_dir / "curve.png").is_file()
+
+
+def test_lightnings_tensor_core_notice_is_dropped_inside_quiet_only(caplog):
+    """On a GPU with Tensor Cores Lightning logs a suggestion to lower float32 matmul
+    precision; rlkit keeps full precision, so a recipe hides the notice (and only it)."""
+    import logging
+
+    from rlkit import _quiet
+
+    log = logging.getLogger("lightning.fabric.utilities.rank_zero")
+    log.removeFilter(_quiet._DROP)  # a recipe run earlier in this process installed it
+    notice = "You are using a CUDA device ('H100') that has Tensor Cores. To properly utilize"
+    with caplog.at_level(logging.INFO, logger=log.name):
+        with _quiet.quiet():
+            log.info(notice)
+            log.info("another notice")
+        log.info(notice)
+    assert [r.getMessage() for r in caplog.records] == ["another notice", notice]

@@ -225,7 +225,9 @@ class WorkerCollector:
         ctx = mp.get_context(start_method)
         if start_method == "forkserver":
             ctx.set_forkserver_preload(["rlkit.data.async_collect", "rlkit.data.collector"])
-        local = copy.deepcopy(policy).cpu()
+        # .to("cpu"), not .cpu(): TorchRL's modules move their action specs in .to() alone, and
+        # a spec left on the GPU reaches the workers as CUDA tensors (measured on a GPU)
+        local = copy.deepcopy(policy).to("cpu")
         self._shared = {
             k: v.detach().cpu().clone().share_memory_() for k, v in local.state_dict().items()
         }

@@ -304,7 +304,7 @@ class VectorEnvCollector:
         self.exploration_type = exploration_type
         self.policy = policy
         self._policy_in_keys = self._check_policy(policy)
-        check_env_compat(policy, env)  # index vs one-hot, action count, bounds
+        check_env_compat(policy, env, device=self.device)  # index vs one-hot, count, bounds
         self._state = self._initial_state()
         self._out_keys = self._probe_policy()
         # a policy whose direct path writes exactly the keys the probe saw may take it
@@ -595,7 +595,8 @@ def make_collector(
         )
     except UnsupportedEnvError as err:
         _log.info("falling back to torchrl's Collector: %s", err)
-    check_env_compat(policy, env)  # TorchRL's Collector would send misfit actions as they are
+    # TorchRL's Collector would send misfit actions as they are
+    check_env_compat(policy, env, device=device)
     from torchrl.collectors import Collector
 
     return Collector(

@@ -444,7 +444,7 @@ def check_same_spaces(train_env: EnvBase, eval_env: EnvBase, *, train_id: str, e
             )
     ta, ea = train_env.action_spec, eval_env.action_spec
     ta, ea = ta[(0,) * tb] if tb else ta, ea[(0,) * eb] if eb else ea
-    if ta != ea:
+    if ta.to("cpu") != ea.to("cpu"):  # an evaluation env on the GPU has GPU specs
         problems.append(f"actions {_describe(ta)} vs {_describe(ea)}")
     if problems:
         raise ValueError(

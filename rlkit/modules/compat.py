@@ -22,6 +22,7 @@ without grad and without touching the global random state):
 from __future__ import annotations
 
 import contextlib
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -176,8 +177,9 @@ def _compare(who: str, actor: _Side, env: _Side) -> None:
             "env.observation_spec, env.action_spec) reads it from the spec)."
         )
     if actor.kind == "continuous" and actor.low is not None and env.low is not None:
-        same = torch.allclose(actor.low.expand_as(env.low), env.low, atol=1e-5) and (
-            torch.allclose(actor.high.expand_as(env.high), env.high, atol=1e-5)
+        low, high = actor.low.to(env.low.device), actor.high.to(env.high.device)  # GPU actor
+        same = torch.allclose(low.expand_as(env.low), env.low, atol=1e-5) and (
+            torch.allclose(high.expand_as(env.high), env.high, atol=1e-5)
         )
         if not same:
             raise ActionSpecMismatchError(
@@ -259,7 +261,9 @@ def _who(actor: Any) -> str:
     return f"the actor ({type(actor).__name__})"
 
 
-def _probe(actor: nn.Module, env: Any, action_key: NestedKey) -> tuple[Any, TensorDictBase] | None:
+def _probe(
+    actor: nn.Module, env: Any, action_key: NestedKey, device: torch.device | str | None = None
+) -> tuple[Any, TensorDictBase] | None:
     """Call the actor once on a zero observation of the env's batch shape; ``None`` when the
     actor needs keys the observation spec does not hold (recurrent state, ...)."""
     in_keys = getattr(actor, "in_keys", None)
@@ -271,16 +275,38 @@ def _probe(actor: nn.Module, env: Any, action_key: NestedKey) -> tuple[Any, Tens
     present = td.keys(True, True)
     if any(k not in present for k in in_keys):
         return None
+    # the env steps on the CPU; the collector moves observations to the actor's device
+    device = _device_of(actor) if device is None else torch.device(device)
+    if device is not None and device.type != "cpu":
+        td = td.to(device)
     # a policy with random streams of its own (a population's) keeps them too
     streams = getattr(actor, "fork_streams", contextlib.nullcontext)
-    with streams(), torch.random.fork_rng(devices=[]), torch.no_grad():
+    cuda = [device] if device is not None and device.type == "cuda" else []
+    with streams(), torch.random.fork_rng(devices=cuda), torch.no_grad():
         out = actor(td.select(*in_keys))
     if not isinstance(out, TensorDictBase) or out.get(action_key, None) is None:
         return None
+    if device is not None and device.type != "cpu":
+        out = out.to("cpu")  # compared with the env's (CPU) spec
     return out.get(action_key), out
 
 
-def check_env_compat(actor: nn.Module, env: Any, *, action_key: NestedKey = keys.ACTION) -> None:
+def _device_of(module: Any) -> torch.device | None:
+    """The device of ``module``'s first parameter or buffer, ``None`` when it has none."""
+    if not isinstance(module, nn.Module):
+        return None
+    for tensor in itertools.chain(module.parameters(), module.buffers()):
+        return tensor.device
+    return None
+
+
+def check_env_compat(
+    actor: nn.Module,
+    env: Any,
+    *,
+    action_key: NestedKey = keys.ACTION,
+    device: torch.device | str | None = None,
+) -> None:
     """Raise :class:`ActionSpecMismatchError` if ``actor``'s actions do not fit ``env``.
 
     Compares the actor's attached spec and distribution with ``env.action_spec``, then calls
@@ -292,6 +318,8 @@ def check_env_compat(actor: nn.Module, env: Any, *, action_key: NestedKey = keys
             an rlkit actor, an exploration wrapper around one).
         env: a TorchRL env (``GymEnv``, ``make_env``'s, a ``TransformedEnv``, ...).
         action_key: the action's key (default ``keys.ACTION``).
+        device: where the actor runs (a collector's ``device``); ``None``: the device of its
+            first parameter (the CPU when it has none). The zero observation goes there.
 
     Example:
         >>> from torchrl.envs import GymEnv
@@ -317,7 +345,7 @@ def check_env_compat(actor: nn.Module, env: Any, *, action_key: NestedKey = keys
     static = _static_side(actor, action_key, batch)
     if static is not None:
         _compare(who, static, env_side)
-    probed = _probe(actor, env, action_key)
+    probed = _probe(actor, env, action_key, device)
     if probed is not None:
         action, out = probed
         side = _probe_side(action, out, batch)

@@ -132,10 +132,11 @@ def nstep_transitions(batch: TensorDictBase, *, n: int, gamma: float) -> TensorD
     num, steps = batch.batch_size
     reward = batch.get(keys.REWARD).reshape(num, steps)
     done = batch.get(keys.DONE).reshape(num, steps)
-    t = torch.arange(steps).expand(num, steps)
+    device = reward.device
+    t = torch.arange(steps, device=device).expand(num, steps)
     total = torch.zeros_like(reward)
     end = t.clone()
-    alive = torch.ones(num, steps, dtype=torch.bool)
+    alive = torch.ones(num, steps, dtype=torch.bool, device=device)
     for k in range(n):
         index = t + k
         valid = alive & (index < steps)
@@ -144,7 +145,7 @@ def nstep_transitions(batch: TensorDictBase, *, n: int, gamma: float) -> TensorD
         end = torch.where(valid, index, end)
         alive = valid & ~done.gather(1, clamped)
     length = (end - t + 1).to(reward.dtype)
-    rows = torch.arange(num)[:, None].expand(num, steps)
+    rows = torch.arange(num, device=device)[:, None].expand(num, steps)
     out = batch.select(keys.OBSERVATION, keys.ACTION).clone()
     nxt = batch.get(keys.NEXT)
     for key in (keys.OBSERVATION, keys.TERMINATED[-1], keys.DONE[-1]):

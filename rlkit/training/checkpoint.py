@@ -21,6 +21,7 @@ import pickle
 import random
 import tempfile
 import zipfile
+from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -34,12 +35,34 @@ from rlkit.training.errors import CheckpointError  # defined torch-free, for the
 FORMAT = "rlkit-checkpoint/1"
 
 
+def to_cpu(obj: Any) -> Any:
+    """``obj`` with every tensor in its dicts, lists and tuples on the CPU (tensors already
+    there are the same objects, not copies)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu")
+    if isinstance(obj, Mapping):
+        out = {k: to_cpu(v) for k, v in obj.items()}
+        if isinstance(obj, OrderedDict):  # a state_dict: keep its version metadata
+            out = OrderedDict(out)
+            if hasattr(obj, "_metadata"):
+                out._metadata = obj._metadata
+        return out
+    if isinstance(obj, list):
+        return [to_cpu(v) for v in obj]
+    if isinstance(obj, tuple):
+        items = [to_cpu(v) for v in obj]
+        return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
+    return obj
+
+
 def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
-    """``torch.save`` to ``path`` through a temporary file and an atomic rename."""
+    """``torch.save`` to ``path`` through a temporary file and an atomic rename. Tensors are
+    written from the CPU (:func:`to_cpu`), so a run trained on a GPU writes a file that loads
+    anywhere, even without ``map_location``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
-    torch.save(obj, buffer)
+    torch.save(to_cpu(obj), buffer)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:

@@ -122,13 +122,14 @@ class Context:
     def all_reduce_mean(self, tensor: torch.Tensor) -> torch.Tensor:
         if self.world_size == 1:
             return tensor
-        return self.fabric.all_reduce(tensor, reduce_op="mean")
+        # NCCL reduces GPU tensors only: a CPU tensor goes to the rank's device first
+        return self.fabric.all_reduce(tensor.to(self.device), reduce_op="mean")
 
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """Stack ``tensor`` from every rank along a new leading dim (none on one rank)."""
         if self.world_size == 1:
             return tensor
-        return self.fabric.all_gather(tensor)
+        return self.fabric.all_gather(tensor.to(self.device))
 
     def optimize(
         self,
