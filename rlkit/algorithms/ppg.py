@@ -270,7 +270,8 @@ class PPGLearner(PolicyGradientLearner):
         over minibatches of whole rollouts, each step's gradient accumulated over
         ``--aux-grad-accum`` chunks of them."""
         cfg = self.cfg
-        data = torch.cat(self.buffer, 0)  # [rollouts, T]
+        # a resumed buffer comes from the checkpoint on the CPU; new batches on ctx.device
+        data = torch.cat([b.to(ctx.device) for b in self.buffer], 0)  # [rollouts, T]
         record_pre_aux(self.actor, self.critic, data)
         groups = self.aux_groups
         for group in groups:

@@ -197,7 +197,7 @@ class SVPGLearner(Learner):
         grads = [t.grad for t in params if t.grad is not None]
         p = self.num_particles
         sq = sum(g.reshape(p, -1).square().sum(dim=1) for g in grads)
-        norms = sq.sqrt() if grads else torch.zeros(p)
+        norms = sq.sqrt() if grads else torch.zeros(p, device=params[0].device)
         if self.max_grad_norm:
             scale = (self.max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
             for g in grads:
@@ -217,7 +217,7 @@ class SVPGLearner(Learner):
         off = (kernel.sum() - p) / max(p * (p - 1), 1)
         self.last_transform = {
             "grad_norm": norms.mean(),
-            "kernel_bandwidth": torch.as_tensor(h, dtype=torch.float32),
+            "kernel_bandwidth": torch.as_tensor(h, dtype=torch.float32, device=theta.device),
             "kernel_offdiag_mean": off,
             "drive_norm": (kernel @ policy_grads / self.temperature / p).norm(dim=1).mean(),
             "repulsion_norm": (repulsion / p).norm(dim=1).mean(),

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from tensordict import TensorDictBase
 from torch import nn
 
 from rlkit.training.errors import CheckpointError  # defined torch-free, for the command line
@@ -35,22 +36,30 @@ from rlkit.training.errors import CheckpointError  # defined torch-free, for the
 FORMAT = "rlkit-checkpoint/1"
 
 
-def to_cpu(obj: Any) -> Any:
-    """``obj`` with every tensor in its dicts, lists and tuples on the CPU (tensors already
-    there are the same objects, not copies)."""
+def to_cpu(obj: Any, _memo: dict[int, torch.Tensor] | None = None) -> Any:
+    """``obj`` with every tensor in its dicts, lists and tuples on the CPU. A tensor already
+    there is not copied; one GPU tensor met twice (tied weights) is copied once, so the file
+    stores it once, as a CPU run's does."""
+    memo = {} if _memo is None else _memo
     if isinstance(obj, torch.Tensor):
-        return obj.detach().to("cpu")
+        if obj.device.type == "cpu":
+            return obj.detach()
+        if id(obj) not in memo:
+            memo[id(obj)] = obj.detach().to("cpu")
+        return memo[id(obj)]
+    if isinstance(obj, TensorDictBase):
+        raise TypeError("a checkpoint holds plain dicts of tensors: call .to_dict() first")
     if isinstance(obj, Mapping):
-        out = {k: to_cpu(v) for k, v in obj.items()}
+        out = {k: to_cpu(v, memo) for k, v in obj.items()}
         if isinstance(obj, OrderedDict):  # a state_dict: keep its version metadata
             out = OrderedDict(out)
             if hasattr(obj, "_metadata"):
                 out._metadata = obj._metadata
         return out
     if isinstance(obj, list):
-        return [to_cpu(v) for v in obj]
+        return [to_cpu(v, memo) for v in obj]
     if isinstance(obj, tuple):
-        items = [to_cpu(v) for v in obj]
+        items = [to_cpu(v, memo) for v in obj]
         return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
     return obj
 
@@ -164,10 +173,14 @@ def all_finite(modules: Mapping[str, nn.Module]) -> bool:
 
 
 def rng_state() -> dict[str, Any]:
-    """Python, numpy and torch RNG states as tensors and plain containers."""
+    """Python, numpy and torch RNG states as tensors and plain containers; with CUDA in use,
+    every GPU's generator too (a GPU run samples its actions there)."""
     np_name, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
     py_version, py_state, py_gauss = random.getstate()
-    return {
+    cuda = {}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        cuda = {"cuda": list(torch.cuda.get_rng_state_all())}
+    return cuda | {
         "torch": torch.get_rng_state(),
         "numpy": {
             "name": np_name,
@@ -181,8 +194,12 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: Mapping[str, Any]) -> None:
-    """Restore what :func:`rng_state` captured."""
+    """Restore what :func:`rng_state` captured. GPU generators are restored on the GPUs
+    this process has (a GPU run resumed on the CPU samples from the CPU's stream anyway)."""
     torch.set_rng_state(state["torch"])
+    if state.get("cuda") and torch.cuda.is_available():
+        for index, cuda_state in enumerate(state["cuda"][: torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(cuda_state, index)
     n = state["numpy"]
     np.random.set_state(
         (n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"])

@@ -292,7 +292,7 @@ def _evaluate_only(fabric, cfg: TrainConfig, learner: Learner, env, run_dir: Pat
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "evaluation.json").write_text(json.dumps(result, indent=2) + "\n")
     if cfg.video:
-        _try_video(cfg, learner, run_dir, print_fn=_stderr)
+        _try_video(cfg, learner, run_dir, print_fn=_stderr, device=fabric.device)
     print(
         f"{learner.algo} policy of {str(path)!r} ({result['trained_frames']:,} frames) on "
         f"{env_id}: return {mean:.2f} +- {std:.2f} over {len(returns)} {mode} episodes "
@@ -320,7 +320,9 @@ def _run_evaluator(cfg: TrainConfig, device):
     )
 
 
-def _try_video(cfg: TrainConfig, learner: Learner, run_dir: Path, print_fn, name="eval.gif"):
+def _try_video(
+    cfg: TrainConfig, learner: Learner, run_dir: Path, print_fn, name="eval.gif", device=None
+):
     """``<run-dir>/<name>``: a GIF of one evaluation episode, played as the run's evaluations
     are (``--eval-env`` or ``--env``, its ``gymnasium.make`` arguments, its action mode); an
     optional extra, so a failure warns in one line and the run keeps its results."""
@@ -332,6 +334,7 @@ def _try_video(cfg: TrainConfig, learner: Learner, run_dir: Path, print_fn, name
             learner.eval_policy(),
             run_dir / name,
             deterministic=cfg.eval_deterministic,
+            device=device,  # the policy's (SAC's collection policy registers no parameters)
             **cfg.gym_options(),
         )
     except Exception as err:
@@ -843,6 +846,7 @@ class _LoopState:
                     self.run_dir,
                     print_fn=self.log.progress.message,
                     name=f"videos/eval_{c.frames:012d}.gif",
+                    device=self.fabric.device,
                 )
         return mean, std
 
@@ -971,7 +975,13 @@ class _LoopState:
             summary["population_fps"] = round(summary["fps"] * self.members, 1)
         self.log.finish(summary)
         if self.is_zero and cfg.video:
-            _try_video(cfg, self.learner, self.run_dir, print_fn=self.log.progress.message)
+            _try_video(
+                cfg,
+                self.learner,
+                self.run_dir,
+                print_fn=self.log.progress.message,
+                device=self.fabric.device,
+            )
         if stop is not None and stop.signum is not None:
             name = signal.Signals(stop.signum).name
             self.log.progress.message(

@@ -147,6 +147,7 @@ def record_gif(
     deterministic: bool = True,
     env_kwargs: Mapping[str, Any] | None = None,
     max_episode_steps: int | None = None,
+    device: torch.device | str | None = None,
 ) -> Path | None:
     """Render one evaluation episode to an animated GIF (frames from ``rgb_array``), played
     as :class:`Evaluator` plays it: the policy's mode, or (``deterministic=False``) actions
@@ -172,7 +173,9 @@ def record_gif(
     # a policy may hold no parameters of its own (a tanh-squashed head around a network
     # registered elsewhere): then its buffers, else the CPU
     tensors = [*policy.parameters(), *policy.buffers()]
-    device = tensors[0].device if tensors else torch.device("cpu")
+    if device is None:
+        device = tensors[0].device if tensors else torch.device("cpu")
+    device = torch.device(device)
     frames = []
     with evaluation_mode(deterministic, device):
         for _ in range(max_frames):

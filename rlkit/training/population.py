@@ -330,7 +330,7 @@ class _MemberStats:
         for k, v in out.items():
             if not isinstance(k, str) or v.dim() != 1:
                 continue
-            v = v.detach()[take].double()
+            v = v.detach()[take.to(v.device)].double().cpu()  # the sums live on the CPU
             if k not in self.sums:
                 fill = -math.inf if k.endswith("_max") else 0.0
                 self.sums[k] = torch.full((self.size,), fill, dtype=torch.float64)
