@@ -98,6 +98,17 @@ def _needs(case: str) -> None:
             pytest.importorskip(package)
 
 
+def _assert_logged_numbers_finite(run_dir: Path) -> None:
+    """Every number the run logged in ``metrics.csv`` is finite (and it logged some)."""
+    with (run_dir / "metrics.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert rows
+    for row in rows:
+        for key, value in row.items():
+            if value not in ("", None):
+                assert math.isfinite(float(value)), (key, value)
+
+
 def _cpu_tensors(tree) -> list[torch.Tensor]:
     if isinstance(tree, torch.Tensor):
         return [tree]
@@ -121,14 +132,7 @@ def test_a_run_on_the_accelerator_evaluates_the_same_from_its_checkpoint_on_the_
     assert summary["config"]["accelerator"] == ACCEL
     assert summary["frames"] >= int(flags.split("--total-frames ")[1].split()[0])
 
-    # every number the run logged is finite
-    with (tmp_path / "run" / "metrics.csv").open() as f:
-        rows = list(csv.DictReader(f))
-    assert rows
-    for row in rows:
-        for key, value in row.items():
-            if value not in ("", None):
-                assert math.isfinite(float(value)), (key, value)
+    _assert_logged_numbers_finite(tmp_path / "run")
 
     last = tmp_path / "run" / "checkpoints" / "last.pt"
     payload = torch.load(last, weights_only=True)  # no map_location: as stored
@@ -265,10 +269,4 @@ def test_other_device_paths_train_on_the_accelerator(case, tmp_path):
         summary = recipe.main(run)
         assert summary["frames"] >= 2048
     assert summary["config"]["accelerator"] == ACCEL
-    with (tmp_path / "metrics.csv").open() as f:
-        rows = list(csv.DictReader(f))
-    assert rows
-    for row in rows:
-        for key, value in row.items():
-            if value not in ("", None):
-                assert math.isfinite(float(value)), (key, value)
+    _assert_logged_numbers_finite(tmp_path)
