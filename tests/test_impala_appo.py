@@ -172,6 +172,33 @@ def test_impala_runs_in_sync_mode_and_logs_zero_lag(tmp_path):
     assert all(float(r["rho_mean"]) == pytest.approx(1.0) for r in rows if r.get("rho_mean"))
 
 
+def test_impala_adapts_its_learning_rate_to_the_kl_from_the_behaviour_policy(tmp_path):
+    """IMPALA refused --lr-schedule kl (its loss measured no KL). Each batch's rate follows
+    the rule written out here from the KL logged for the batch before (target 0.01, band x2,
+    factor 1.5), and the rate both rises and falls within the run."""
+    import csv
+
+    impala = load_recipe("impala")
+    run_dir = tmp_path / "impala"
+    flags = ["--lr", "1e-3", "--lr-schedule", "kl", "--kl-target", "0.01", "--log-every", "1"]
+    impala.main(
+        [*TINY, *QUIET, *flags, "--total-frames", "1280", "--sync-collect", "true"]
+        + ["--epochs", "4", "--run-dir", str(run_dir)]
+    )
+    rows = [r for r in csv.DictReader((run_dir / "metrics.csv").open()) if r.get("lr")]
+    lrs, kls = [float(r["lr"]) for r in rows], [float(r["approx_kl"]) for r in rows]
+    assert len(rows) == 1280 // 64 and lrs[0] == pytest.approx(1e-3)
+    expected = 1e-3
+    for lr, kl, prev_kl in zip(lrs[1:], kls[1:], kls[:-1]):
+        if prev_kl > 0.02:
+            expected /= 1.5
+        elif prev_kl < 0.005:
+            expected *= 1.5
+        assert lr == pytest.approx(expected, rel=1e-6)
+        assert kl > 0  # four epochs: the policy moves away from the one that acted
+    assert any(b > a for a, b in zip(lrs, lrs[1:])) and any(b < a for a, b in zip(lrs, lrs[1:]))
+
+
 @pytest.mark.parametrize(
     "recipe,flag,value,message",
     [

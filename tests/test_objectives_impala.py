@@ -151,6 +151,19 @@ def test_rho_and_losses_match_textbook_on_a_lagged_batch(lmbda, rho_bar, c_bar, 
     torch.testing.assert_close(out["loss_value"], 0.5 * (0.5 * (v - vs) ** 2).mean())
     torch.testing.assert_close(out["loss_entropy"], -0.01 * entropy.mean())
     torch.testing.assert_close(out["rho_mean"], vt["rho"].mean())
+    # KL(mu || pi) at the stored actions, Schulman's k3 written out: E_mu[(r - 1) - log r]
+    ratio = [
+        math.exp(p - m) for p, m in zip(logp_pi.flatten().tolist(), logp_mu.flatten().tolist())
+    ]
+    k3 = sum((r - 1) - math.log(r) for r in ratio) / len(ratio)
+    assert float(out["approx_kl"]) == pytest.approx(k3, rel=1e-5) and k3 > 1e-3
+
+
+def test_on_policy_batch_has_zero_kl():
+    """--lr-schedule kl reads this: no drift before the first gradient step."""
+    actor, critic = discrete_nets()
+    out = IMPALALoss(actor, critic, gamma=0.9)(make_batch(actor))
+    assert float(out["approx_kl"]) == pytest.approx(0.0, abs=1e-7)
 
 
 def test_on_policy_rho_is_one_and_value_target_is_the_lambda_one_return():

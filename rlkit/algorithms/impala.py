@@ -13,8 +13,7 @@ from tensordict import TensorDictBase
 from rlkit import keys
 from rlkit.algorithms.onpolicy import PolicyGradientLearner, build_actor_critic
 from rlkit.configs import impala as _config
-from rlkit.configs.impala import (  # noqa: F401 (IMPALA_NO_KL re-exported)
-    IMPALA_NO_KL,
+from rlkit.configs.impala import (  # noqa: F401 (VTraceConfig re-exported)
     PRESETS,
     IMPALAConfig,
     VTraceConfig,
@@ -68,8 +67,8 @@ class IMPALALearner(PolicyGradientLearner):
     population_sequential = True
 
     def __init__(self, *, algo: str = "impala", actor, critic, loss, cfg, obs_norm=None):
-        # --lr-schedule kl: refused by IMPALAConfig before the run starts, and by the shared
-        # learner's check (no approx_kl) for a config built another way
+        # --lr-schedule kl reads the loss's approx_kl: KL(behaviour || learner) at the stored
+        # actions, the update's drift plus the policy lag of asynchronous collection
         super().__init__(
             algo=algo,
             actor=actor,

@@ -26,13 +26,6 @@ from rlkit.configs.encoders import EncoderConfig
 from rlkit.configs.onpolicy import PolicyGradientConfig
 from rlkit.configs.suites import MINATAR_PPO
 
-# shared by the V-trace recipes (IMPALA, APPO) and IMPALA's learner ------------------------
-IMPALA_NO_KL = (
-    "--lr-schedule kl adapts the learning rate to the policy's KL between updates, which "
-    "IMPALA's loss does not measure: use --lr-schedule constant or linear (APPO, which tracks "
-    "the KL to its target network, supports kl)"
-)
-
 
 def worker_seed(seed: int, worker: int) -> int:
     """The seed of collector worker ``worker`` of a run seeded ``seed``: its torch stream
@@ -130,11 +123,6 @@ class IMPALAConfig(EncoderConfig, VTraceConfig):
     reduction: str = field(
         default="mean", metadata={"help": "mean or sum over the batch", "choices": ("mean", "sum")}
     )
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.lr_schedule == "kl":
-            raise ValueError(IMPALA_NO_KL)
 
 
 PRESETS: dict[str, dict] = {

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from rlkit import keys
 from rlkit.modules.direct import actor_dist, module_output
 from rlkit.objectives.common import (
+    APPROX_KL,
     ENTROPY,
     EXPLAINED_VARIANCE,
     LOSS_ENTROPY,
@@ -24,7 +25,7 @@ from rlkit.objectives.common import (
     require_keys,
     weighted,
 )
-from rlkit.objectives.functional import explained_variance, standardize
+from rlkit.objectives.functional import approx_kl, explained_variance, standardize
 from rlkit.value import functional as VF
 
 __all__ = ["IMPALALoss", "check_vtrace_args"]
@@ -164,7 +165,7 @@ class IMPALALoss(ActorCriticLoss):
 
     @property
     def out_keys(self) -> list[str]:
-        return [*self._loss_terms(), *self._diagnostics, ADVANTAGE_MEAN]
+        return [*self._loss_terms(), APPROX_KL, *self._diagnostics, ADVANTAGE_MEAN]
 
     def _env_keys(self) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
         """``(reward, done, terminated)`` as full keys under ``"next"``."""
@@ -205,7 +206,8 @@ class IMPALALoss(ActorCriticLoss):
         self, td: TensorDictBase, *, log_prob: Tensor | None = None, value: Tensor | None = None
     ) -> dict[str, Tensor]:
         r"""The V-trace quantities the loss uses, all ``[N, T]`` and detached: ``rho``
-        (:math:`\pi_\theta/\mu` at the stored actions), ``advantage`` and ``value_target``."""
+        (:math:`\pi_\theta/\mu` at the stored actions) and its log ``log_rho``,
+        ``advantage`` and ``value_target``."""
         self._critic_ready()
         require_keys(td, self._required_keys(), owner="IMPALALoss")
         if log_prob is None:
@@ -237,8 +239,13 @@ class IMPALALoss(ActorCriticLoss):
             time_dim=-2,
             adv_mode=self.adv_mode,
         )
-        rho = (log_prob.detach() - behaviour.detach()).exp()
-        return {"rho": rho, "advantage": advantage.squeeze(-1), "value_target": target.squeeze(-1)}
+        log_rho = log_prob.detach() - behaviour.detach()
+        return {
+            "rho": log_rho.exp(),
+            "log_rho": log_rho,
+            "advantage": advantage.squeeze(-1),
+            "value_target": target.squeeze(-1),
+        }
 
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         self._critic_ready()
@@ -255,6 +262,10 @@ class IMPALALoss(ActorCriticLoss):
         }
         entropy = self._entropy(dist)
         out[LOSS_ENTROPY] = -weighted(self.entropy_coef, self._reduce(entropy))
+        # KL(mu || pi) at the stored actions: how far the learner has moved from the policy
+        # that acted (the update so far plus, when collection is asynchronous, the policy
+        # lag); --lr-schedule kl adapts the step size to it
+        out[APPROX_KL] = approx_kl(vt["log_rho"])
         if self.diagnostics:
             rho = vt["rho"]
             out[RHO_MEAN] = rho.mean()

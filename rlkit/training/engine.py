@@ -893,6 +893,9 @@ class _LoopState:
             generator=self.generator,
         )
         payload["world_size"] = self.fabric.world_size
+        # one CPU copy for every file of this save (last, snapshot, best): atomic_save's own
+        # to_cpu then finds CPU tensors and copies nothing again
+        payload = ckpt.to_cpu(payload)
         # the same id in every rank's file of this save: a resume pairs rank files by it
         payload["save_id"] = f"{self.save_token}:{self.counters.frames}"
         rank = self.fabric.global_rank
