@@ -172,8 +172,8 @@ def record_gif(
     obs, _ = env.reset(seed=EVAL_SEED)
     # a policy may hold no parameters of its own (a tanh-squashed head around a network
     # registered elsewhere): then its buffers, else the CPU
-    tensors = [*policy.parameters(), *policy.buffers()]
     if device is None:
+        tensors = [*policy.parameters(), *policy.buffers()]
         device = tensors[0].device if tensors else torch.device("cpu")
     device = torch.device(device)
     frames = []
