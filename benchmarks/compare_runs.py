@@ -15,6 +15,10 @@ writes ``<out>.json``, ``<out>.md`` and ``<out>.png``:
         --runs ppo runs/ppo-s0 runs/ppo-s1 runs/ppo-s2 --runs ppg runs/ppg-s0 \\
         --at 1000000 2500000 5000000 10000000 --anchor "gymnax PPO=28" \\
         --out benchmarks/results/minatar_compare_Breakout-v1
+
+A ``.json`` in place of a run directory is an earlier report of this script: its runs under
+the same label are read from it (their stored curves), so a report can be extended after
+the run directories are gone.
 """
 
 from __future__ import annotations
@@ -54,6 +58,19 @@ def read_run(run_dir: Path) -> dict:
         "best": max(v for _, v in curve),
         "curve": curve,
     }
+
+
+def read_runs(path: Path, label: str) -> list[dict]:
+    """A run directory (:func:`read_run`), or an earlier report's runs under ``label``."""
+    if path.suffix != ".json":
+        return [read_run(path)]
+    groups = json.loads(path.read_text()).get("groups", {})
+    if label not in groups:
+        raise SystemExit(
+            f"error: {path} has no runs labelled {label!r} (it has {sorted(groups)}): use one "
+            "of its labels"
+        )
+    return [dict(r, curve=[tuple(p) for p in r["curve"]]) for r in groups[label]]
 
 
 def held(curve: list[tuple[int, float]], frames: int) -> float | None:
@@ -110,7 +127,7 @@ def main() -> None:
     for label, *dirs in args.runs:
         if not dirs:
             parser.error(f"--runs {label}: give at least one run directory")
-        groups[label] = [read_run(Path(d)) for d in dirs]
+        groups[label] = [r for d in dirs for r in read_runs(Path(d), label)]
     anchors = []
     for text in args.anchor:
         name, _, value = text.rpartition("=")

@@ -47,3 +47,29 @@ def test_medians_at_equal_frames_and_unfinished_runs(tmp_path):
     assert out.with_suffix(".png").stat().st_size > 0
     payload = json.loads(out.with_suffix(".json").read_text())
     assert [r["seed"] for r in payload["groups"]["A"]] == [0, 1, 2]
+
+
+def test_an_earlier_reports_runs_are_read_back_by_label(tmp_path):
+    """A .json in place of a run directory: the runs stored in an earlier report under the
+    same label, joined with new run directories; an unknown label is named."""
+    a = _run_dir(tmp_path / "a0", 0, [(1_008, 1.0), (2_016, 4.0)], 4.5)
+    first = tmp_path / "first"
+    cmd = [sys.executable, "benchmarks/compare_runs.py", "X-v0", "--at", "1000", "2000"]
+    proc = subprocess.run(
+        [*cmd, "--runs", "A", str(a), "--out", str(first)], cwd=ROOT, capture_output=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    b = _run_dir(tmp_path / "a1", 1, [(1_008, 3.0), (2_016, 8.0)], 8.0)
+    out = tmp_path / "second"
+    report = str(first.with_suffix(".json"))
+    proc = subprocess.run(
+        [*cmd, "--runs", "A", report, str(b), "--out", str(out)], cwd=ROOT, capture_output=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    md = out.with_suffix(".md").read_text()
+    assert "| A | 2 | 2.0 (2) | 6.0 (2) |" in md  # medians of (1, 3) and (4, 8)
+    assert "| A | 0 | 2,016 | yes | 4.5 | 4 | 1 | 4 |" in md  # the stored run, as it was
+    proc = subprocess.run(
+        [*cmd, "--runs", "B", report, "--out", str(out)], cwd=ROOT, capture_output=True, text=True
+    )
+    assert proc.returncode != 0 and "no runs labelled 'B'" in proc.stderr

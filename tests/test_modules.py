@@ -283,8 +283,56 @@ def test_tanh_actor_state_dependent_std_init_and_bounds():
     assert any(n.endswith("log_std") for n, _ in fixed.named_parameters())
 
 
+def _mlp_by_hand(actor: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The actor's loc network written out: tanh hidden layers, a linear output."""
+    layers = linears(actor)
+    for layer in layers[:-1]:
+        x = torch.tanh(x @ layer.weight.T + layer.bias)
+    return x @ layers[-1].weight.T + layers[-1].bias
+
+
+def test_bounded_loc_squashes_only_the_mean():
+    """bounded_loc: loc = (low + high)/2 + (high - low)/2 tanh(net(s)), inside the bounds
+    however large the network's output; the actions are Normal samples around it (not
+    squashed) and their log-density is the Normal's."""
+    low, high = torch.tensor([-2.0, 0.0]), torch.tensor([2.0, 1.0])
+    actor = gaussian_actor(3, 2, bounded_loc=True, low=low, high=high, init_log_std=-0.5)
+    with torch.no_grad():
+        for layer in linears(actor):
+            layer.weight.mul_(300.0)  # outputs far beyond the bounds
+    x = 5 * torch.randn(2000, 3)
+    td = actor(TensorDict({keys.OBSERVATION: x}, [2000]))
+    raw = _mlp_by_hand(actor, x)
+    assert raw.abs().max() > 5  # the network's own output is far out
+    torch.testing.assert_close(td[keys.LOC], (low + high) / 2 + (high - low) / 2 * torch.tanh(raw))
+    assert (td[keys.LOC] >= low).all() and (td[keys.LOC] <= high).all()
+    assert (td[keys.ACTION] > high).any() and (td[keys.ACTION] < low).any()  # not squashed
+    normal = torch.distributions.Normal(td[keys.LOC], math.exp(-0.5))
+    expected = normal.log_prob(td[keys.ACTION]).sum(-1)
+    torch.testing.assert_close(td[keys.ACTION_LOG_PROB], expected, atol=1e-5, rtol=1e-5)
+    with set_exploration_type(ExplorationType.DETERMINISTIC):
+        det = actor(TensorDict({keys.OBSERVATION: x}, [2000]))[keys.ACTION]
+    torch.testing.assert_close(det, td[keys.LOC])
+    # the bounds are rebuilt from the spec, not saved: the same keys as any Normal actor's
+    assert all(k.endswith(("log_std", "weight", "bias")) for k in actor.state_dict())
+
+
+def test_bounded_loc_through_make_actor_and_its_errors():
+    spec = Bounded(low=-2.0, high=2.0, shape=(1,))
+    actor = make_actor(obs_spec(), spec, bounded_loc=True)
+    with torch.no_grad():
+        linears(actor)[-1].bias.fill_(50.0)
+    torch.testing.assert_close(actor(obs_td(7))[keys.LOC], torch.full((7, 1), 2.0))
+    with pytest.raises(ValueError, match="--bounded-mean.*Unbounded.*drop"):
+        make_actor(obs_spec(), Unbounded(shape=(1,)), bounded_loc=True)
+    with pytest.raises(ValueError, match="already inside the bounds"):
+        gaussian_actor(4, 2, tanh=True, bounded_loc=True)
+    with pytest.raises(ValueError, match="need finite low/high"):
+        gaussian_actor(4, 1, bounded_loc=True, low=-float("inf"), high=1.0)
+
+
 def test_gaussian_actor_bad_arguments():
-    with pytest.raises(ValueError, match="low/high apply only with tanh=True"):
+    with pytest.raises(ValueError, match="low/high apply only with tanh=True or bounded_loc=True"):
         gaussian_actor(4, 2, low=-1.0, high=1.0)
     with pytest.raises(ValueError, match="need high > low"):
         gaussian_actor(4, 2, tanh=True, low=1.0, high=-1.0)

@@ -336,6 +336,40 @@ def test_sync_vtrace_members_match_standalone_runs_and_resume_as_they_do(tmp_pat
     assert [m["eval_return_mean"] for m in report["members"]] == pytest.approx(finals)
 
 
+def test_bounded_mean_and_target_kl_members_match_standalone_runs(tmp_path):
+    """--bounded-mean (a Normal policy whose mean is squashed into the action bounds by a
+    module with buffers) and --target-kl (each member stops its own epochs) vectorise: IMPALA
+    on Pendulum-v1, two members sweeping the learning rate end where two standalone runs end
+    (the higher rate stops earlier: the members' step counts differ)."""
+    from rlkit.algorithms import impala
+
+    flags = [*SYNC, "--env", "Pendulum-v1", "--bounded-mean", "true", "--total-frames", "128"]
+    flags += ["--target-kl", "0.002", "--epochs", "4"]
+    impala.main([*flags, "--sweep", "lr=1e-2,1e-3", "--run-dir", str(tmp_path / "pop")])
+    pop = _modules(tmp_path / "pop")
+    steps = []
+    for i, lr in enumerate(("1e-2", "1e-3")):
+        impala.main([*flags, "--lr", lr, "--run-dir", str(tmp_path / f"solo{i}")])
+        solo = _modules(tmp_path / f"solo{i}")
+        assert any(".net." in k for k in solo["actor"])  # the bounded actor
+        steps.append(_grad_steps(tmp_path / f"solo{i}"))
+        for name, state in solo.items():
+            for k, v in state.items():
+                got = pop[f"member{i}.{name}"][k]
+                assert (got.double() - v.double()).abs().max().item() < 1e-5, (i, name, k)
+    assert steps[0] != steps[1], steps  # the target stopped the two runs at different steps
+    assert [_grad_steps(tmp_path / "pop", member=str(i)) for i in range(2)] == steps
+
+
+def _grad_steps(run_dir, member: str = "") -> list[float]:
+    """The logged ``grad_steps`` of each batch (a population's rows of one member)."""
+    import csv
+
+    with open(run_dir / "metrics.csv") as f:
+        rows = [r for r in csv.DictReader(f) if r.get("member", "") == member]
+    return [float(r["grad_steps"]) for r in rows if r["grad_steps"]]
+
+
 @pytest.mark.parametrize("algo", ["impala", "appo"])
 def test_vtrace_population_needs_synchronous_collection(capsys, algo):
     with pytest.raises(SystemExit):  # refused before anything starts (appo's default is sync)

@@ -255,6 +255,34 @@ def test_std_init_refuses_bad_values_and_discrete_actions(capsys):
         _learner("ppo", ["--env", "CartPole-v1", "--std-init", "0.5"])
 
 
+@pytest.mark.parametrize("algo", GAUSSIAN_RECIPES)
+def test_bounded_mean_keeps_the_policy_mean_inside_the_action_bounds(algo):
+    """--bounded-mean: Pendulum's torque is in [-2, 2]; with the policy's last layer pushed
+    far out, the mean is clamped smoothly at +-2 (2 tanh of the output), where the default
+    policy's mean follows the output past the bounds."""
+    import torch
+
+    obs = torch.randn(64, 3)
+
+    def loc(flags):
+        from tensordict import TensorDict
+
+        learner = _learner(algo, ["--env", "Pendulum-v1", *flags])
+        last = [m for m in learner.actor.modules() if isinstance(m, torch.nn.Linear)][-1]
+        with torch.no_grad():
+            last.bias.fill_(30.0)
+        return learner.actor(TensorDict({"observation": obs}, [64]))["loc"]
+
+    bounded = loc(["--bounded-mean", "true"])
+    assert bounded.max() <= 2.0 and bounded.min() > 1.99  # 2 tanh(30 + small) = 2
+    assert loc([]).min() > 20  # unbounded: the output itself
+
+
+def test_bounded_mean_refuses_discrete_actions():
+    with pytest.raises(ValueError, match="--bounded-mean.*discrete.*drop it"):
+        _learner("impala", ["--env", "CartPole-v1", "--bounded-mean", "true"])
+
+
 # --------------------------------------------------------------------------- actor/critic sizes
 
 

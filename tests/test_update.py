@@ -187,6 +187,102 @@ def test_gradient_accumulation_equals_one_backward_of_the_whole_minibatch():
         torch.testing.assert_close(p, q)
 
 
+class _Drift(nn.Module):
+    """loss_w = (w - 5)^2 (summed), and an approx_kl that is the squared distance the
+    parameter has moved since the update began (a stand-in for KL from the acting policy)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.zeros(1))
+        self.start = torch.zeros(1)
+        self.in_keys = ["x"]
+
+    def forward(self, td):
+        return TensorDict(
+            {
+                "loss_w": ((self.w - 5) ** 2).sum() * td.get("x").mean(),
+                "approx_kl": ((self.w - self.start) ** 2).sum().detach(),
+            },
+            batch_size=[],
+        )
+
+
+def _chunks(size: int):
+    def minibatches(data, generator):
+        return [data[i : i + size] for i in range(0, data.shape[0], size)]
+
+    return minibatches
+
+
+def test_target_kl_stops_the_epochs_at_the_first_minibatch_over_1_5_target():
+    """SB3's rule written out: before each step, if approx_kl > 1.5 target_kl, stop the
+    group's epochs (that minibatch does not step). A second group without a target runs all
+    its epochs. SGD on (w - 5)^2 x with x = 1: w <- w - lr 2 (w - 5)."""
+    drift = _Drift()
+    other = _Quadratic()
+    data = TensorDict({"x": torch.ones(8)}, [8])
+    target, lr = 0.5, 0.1
+    groups = [
+        LossGroup("policy", drift, _sgd([drift.w], lr), epochs=5, target_kl=target),
+        LossGroup("other", other, _sgd([other.a, other.b], lr), epochs=5),
+    ]
+    out = update_loop(groups, data, _ctx(), minibatches=_chunks(2))  # 4 minibatches x 5 epochs
+    w, steps = 0.0, 0  # the reference loop
+    for _ in range(5 * 4):
+        if (w - 0.0) ** 2 > 1.5 * target:
+            break
+        w, steps = w - lr * 2 * (w - 5), steps + 1
+    assert steps == 1  # 0 -> 1.0 (kl 1.0 > 0.75): one step, then stop
+    torch.testing.assert_close(drift.w.detach(), torch.tensor([w]))
+    assert out["grad_steps"] == steps
+    # the other group took all 20 steps: a_k = 1 - 0.8^k for SGD on (a - 1)^2
+    torch.testing.assert_close(other.a.detach(), torch.full((3,), 1 - 0.8**20))
+    # a looser target lets more steps through, counted the same way
+    drift2 = _Drift()
+    group = LossGroup("policy", drift2, _sgd([drift2.w], 0.02), epochs=5, target_kl=2.0)
+    out = update_loop([group], data, _ctx(), minibatches=_chunks(2))
+    w, steps = 0.0, 0
+    for _ in range(20):
+        if w**2 > 3.0:
+            break
+        w, steps = w - 0.02 * 2 * (w - 5), steps + 1
+    assert 1 < steps < 20 and out["grad_steps"] == steps
+    torch.testing.assert_close(drift2.w.detach(), torch.tensor([w]))
+
+
+def test_target_kl_needs_a_loss_that_reports_approx_kl_and_a_positive_target():
+    loss = _Quadratic()
+    group = LossGroup("a", loss, _sgd([loss.a, loss.b]), target_kl=0.01)
+    with pytest.raises(LossContractError, match="approx_kl.*--target-kl"):
+        update_loop([group], _data(), _ctx())
+    with pytest.raises(ValueError, match="target_kl must be > 0"):
+        LossGroup("a", loss, _sgd([loss.a]), target_kl=0.0)
+
+
+def test_target_kl_flag_stops_ppo_early_and_a2c_refuses_it(capsys):
+    """--target-kl on PPO's learner: a tiny target stops each batch's update after a step or
+    two of its 4 x 4 (approx_kl is 0 before the first step, so at least one is taken); the
+    default runs all 16."""
+    from rlkit.data.collector import make_collector
+
+    flags = ["--num-envs", "4", "--rollout-steps", "32", "--epochs", "4", "--minibatch-size", "32"]
+    for extra, check in [(["--target-kl", "1e-6"], lambda n: 1 <= n < 16), ([], lambda n: n == 16)]:
+        cfg, env, learner = _recipe_learner("ppo", [*flags, *extra])
+        steps: list[int] = []
+        learner.optimizer.register_step_post_hook(lambda *_, steps=steps: steps.append(1))
+        collector = make_collector(env, learner.collect_policy(), frames_per_batch=cfg.batch_size)
+        out = learner.update(next(iter(collector)), _ctx())
+        collector.shutdown()
+        assert check(len(steps)), (extra, len(steps))
+        assert out.get("grad_steps", 16.0) == len(steps)
+    with pytest.raises(SystemExit):
+        _parse("a2c", ["--target-kl", "0.01"])
+    assert "--target-kl" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        _parse("ppo", ["--target-kl", "0"])
+    assert "--target-kl must be > 0" in capsys.readouterr().err
+
+
 def test_a_declared_key_missing_from_the_batch_is_named():
     loss = _Quadratic()
     loss.in_keys = ["x", "advantage"]
@@ -234,7 +330,7 @@ def test_a_learner_refuses_an_unknown_schedule_name():
         )
 
 
-_CONFIGS = {"a2c": "A2CConfig", "impala": "IMPALAConfig"}
+_CONFIGS = {"a2c": "A2CConfig", "impala": "IMPALAConfig", "ppo": "PPOConfig"}
 
 
 def _parse(algo: str, argv: list[str]):

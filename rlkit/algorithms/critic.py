@@ -106,7 +106,14 @@ class CriticGroupLearner(PolicyGradientLearner):
         if not hasattr(self, "_groups"):
             cfg = self.cfg
             self._groups = [
-                LossGroup("policy", self.loss, self.optimizer, cfg.epochs, cfg.max_grad_norm),
+                LossGroup(
+                    "policy",
+                    self.loss,
+                    self.optimizer,
+                    cfg.epochs,
+                    cfg.max_grad_norm,
+                    target_kl=cfg.target_kl,
+                ),
                 LossGroup(
                     "value",
                     self.loss,

@@ -41,6 +41,7 @@ def build_daac_networks(cfg: DAACConfig, env) -> DAACNetworks:
         adv_hidden=cfg.adv_hidden,
         normalize_obs=cfg.normalize_obs,
         init_log_std=cfg.init_log_std,
+        bounded_mean=cfg.bounded_mean,
         actor_hidden=cfg.actor_layers,
         critic_hidden=cfg.critic_layers,
         encoder=cfg.encoder,
@@ -155,6 +156,7 @@ class DAACLearner(PolicyGradientLearner):
                     self.optimizer,
                     epochs=cfg.epochs,
                     max_grad_norm=cfg.max_grad_norm,
+                    target_kl=cfg.target_kl,
                 ),
                 LossGroup(
                     "value",

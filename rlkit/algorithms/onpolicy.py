@@ -353,6 +353,7 @@ class PolicyGradientLearner(Learner):
                     self.optimizer,
                     epochs=self.cfg.epochs,
                     max_grad_norm=self.cfg.max_grad_norm,
+                    target_kl=self.cfg.target_kl,
                 )
             ]
         return self._groups
@@ -462,6 +463,7 @@ def build_actor_critic(
         activation=cfg.activation,
         normalize_obs=cfg.normalize_obs,
         init_log_std=cfg.init_log_std,
+        bounded_mean=cfg.bounded_mean,
         actor_hidden=cfg.actor_layers,
         critic_hidden=cfg.critic_layers,
     )

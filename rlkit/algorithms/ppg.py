@@ -201,7 +201,9 @@ class PPGLearner(PolicyGradientLearner):
             )
 
         self._groups = [  # policy phase, in lockstep over the same minibatches
-            LossGroup("policy", self.loss, self.optimizer, cfg.epochs, clip),
+            LossGroup(
+                "policy", self.loss, self.optimizer, cfg.epochs, clip, target_kl=cfg.target_kl
+            ),
             value("value", self.loss, cfg.value_epochs or cfg.epochs),
         ]
         if self.aux_optimizer is not None:
@@ -314,6 +316,7 @@ def build_ppg_networks(cfg: PPGConfig, env) -> PPGNetworks:
         init_fn=cfg.init_fn,
         normalize_obs=cfg.normalize_obs,
         init_log_std=cfg.init_log_std,
+        bounded_mean=cfg.bounded_mean,
         actor_hidden=cfg.actor_layers,
         critic_hidden=cfg.critic_hidden,
     )

@@ -50,6 +50,11 @@ class A2CConfig(CriticConfig, EncoderConfig, IntrinsicConfig, OnPolicyConfig):
                 "updates, which A2C's loss does not measure: use --lr-schedule constant or "
                 "linear"
             )
+        if self.target_kl is not None:
+            raise ValueError(
+                "--target-kl stops the epochs on the policy's KL from the acting policy, which "
+                "A2C's loss does not measure (and A2C takes one step per batch): drop it"
+            )
 
 
 PRESETS: dict[str, dict] = {}

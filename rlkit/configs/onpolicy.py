@@ -66,6 +66,14 @@ class PolicyGradientConfig(TrainConfig):
         metadata=_help(LR_DECAY_FRAMES_HELP),
     )
     kl_target: float = field(default=0.01, metadata=_help("KL target of --lr-schedule kl"))
+    target_kl: float | None = field(
+        default=None,
+        metadata=_help(
+            "stop a batch's epochs at the first minibatch whose approx_kl from the acting "
+            "policy exceeds 1.5 x this, without stepping on it (Stable-Baselines3's "
+            "target_kl; a critic with its own optimiser trains on); none: every epoch runs"
+        ),
+    )
     kl_factor: float = field(
         default=2.0,
         metadata=_help(
@@ -151,6 +159,16 @@ class PolicyGradientConfig(TrainConfig):
             "Continuous actions only"
         ),
     )
+    bounded_mean: bool = field(
+        default=False,
+        metadata=_help(
+            "squash a Gaussian policy's mean into the action bounds, mid + half-range x "
+            "tanh(output) (Tianshou's ActorProb default); actions are still sampled around it "
+            "and clipped by the env. Past a bound, clipped actions carry no gradient and an "
+            "unbounded mean can drift far out (IMPALA on Pendulum-v1: means of +-20 for "
+            "actions in [-2, 2]). Continuous actions with finite bounds only"
+        ),
+    )
     activation: str = field(
         default="tanh", metadata=_help("tanh or relu", choices=("tanh", "relu"))
     )
@@ -175,7 +193,7 @@ class PolicyGradientConfig(TrainConfig):
             )
         if self.lr_schedule == "kl" and self.kl_target <= 0:
             raise ValueError(f"--kl-target must be > 0, got {self.kl_target}")
-        positive(self, "kl_lr_min", "kl_lr_max", "std_init")
+        positive(self, "kl_lr_min", "kl_lr_max", "std_init", "target_kl")
         non_negative(self, "weight_decay")
         check_lr_decay_frames(self)
         check_lr_gamma(self)

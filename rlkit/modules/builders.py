@@ -16,21 +16,33 @@ from rlkit.modules.normalization import Normalize, RunningMeanStd
 __all__ = ["actor_critic_networks", "check_mlp_observation", "gaussian_kwargs", "obs_shape"]
 
 
-def gaussian_kwargs(env, init_log_std: float | None) -> dict[str, float]:
-    """``make_actor`` keywords for a Gaussian policy's initial log-std: ``{}`` when
-    ``init_log_std`` is None (the builders' default, log-std 0); a ValueError naming the
-    flag when it is set for an env whose actions are discrete (no standard deviation)."""
-    if init_log_std is None:
-        return {}
+def gaussian_kwargs(
+    env, init_log_std: float | None, bounded_mean: bool = False
+) -> dict[str, float | bool]:
+    """``make_actor`` keywords for a Gaussian policy's initial log-std and bounded mean:
+    ``{}`` when ``init_log_std`` is None (the builders' default, log-std 0) and
+    ``bounded_mean`` is off; a ValueError naming the flag when either is set for an env whose
+    actions are discrete (no Gaussian)."""
+    kw: dict[str, float | bool] = {}
+    if init_log_std is not None:
+        kw["init_log_std"] = float(init_log_std)
+    if bounded_mean:
+        kw["bounded_loc"] = True
+    if not kw:
+        return kw
     from rlkit.modules.critics import action_kind
 
     info = action_kind(env.action_spec, batch_shape=tuple(env.batch_size))
     if info.kind != "continuous":
-        raise ValueError(
-            "--std-init (init_log_std) sets a Gaussian policy's initial standard deviation, "
-            "but this env's actions are discrete (a categorical policy has none): drop it"
+        what = (
+            "--std-init (init_log_std) sets a Gaussian policy's initial standard deviation"
+            if init_log_std is not None
+            else "--bounded-mean squashes a Gaussian policy's mean into the action bounds"
         )
-    return {"init_log_std": float(init_log_std)}
+        raise ValueError(
+            f"{what}, but this env's actions are discrete (a categorical policy has none): drop it"
+        )
+    return kw
 
 
 def actor_critic_networks(
@@ -44,12 +56,15 @@ def actor_critic_networks(
     critic_hidden: Sequence[int] | None = None,
     encoder: str = "mlp",
     feature_dim: int | None = None,
+    bounded_mean: bool = False,
 ) -> tuple[nn.Module, nn.Module, RunningMeanStd | None]:
     """Separate actor and V critic sized from ``env``'s specs: ``(actor, critic, obs_norm)``.
 
     With ``normalize_obs`` both networks start with the same :class:`Normalize` over one
     :class:`RunningMeanStd` (returned third, for the learner to update); else it is ``None``.
     ``init_log_std``: a Gaussian policy's initial log-std (None: 0; continuous actions only).
+    ``bounded_mean``: squash a Gaussian policy's mean into the action bounds
+    (:func:`~rlkit.modules.actors.gaussian_actor` ``bounded_loc``).
     ``actor_hidden`` / ``critic_hidden``: each network's hidden sizes (None: ``hidden``).
     ``encoder``: ``"mlp"`` (flat observations), or an image encoder of
     :func:`~rlkit.modules.networks.make_encoder` (``"nature"``, ``"impala"``, ``"minatar"``,
@@ -60,7 +75,7 @@ def actor_critic_networks(
     actor_net = dict(hidden=tuple(actor_hidden or hidden), activation=activation)
     critic_net = dict(hidden=tuple(critic_hidden or hidden), activation=activation)
     if encoder != "mlp":
-        std = gaussian_kwargs(env, init_log_std)
+        std = gaussian_kwargs(env, init_log_std, bounded_mean)
         image = dict(encoder=encoder, feature_dim=feature_dim, normalize_obs=normalize_obs)
         return _image_actor_critic(env, actor_net=actor_net | std, critic_net=critic_net, **image)
     check_mlp_observation(env, feature_dim)
@@ -69,7 +84,7 @@ def actor_critic_networks(
         shape = obs_spec[keys.OBSERVATION].shape[len(env.batch_size) :]
         obs_norm = RunningMeanStd(shape)
         backbone, in_features = Normalize(obs_norm), int(torch.Size(shape).numel())
-    std = gaussian_kwargs(env, init_log_std)
+    std = gaussian_kwargs(env, init_log_std, bounded_mean)
     actor = make_actor(
         obs_spec, act_spec, backbone=backbone, in_features=in_features, **actor_net, **std
     )

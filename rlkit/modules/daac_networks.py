@@ -101,6 +101,7 @@ def daac_networks(
     critic_hidden: Sequence[int] | None = None,
     encoder: str = "mlp",
     feature_dim: int | None = None,
+    bounded_mean: bool = False,
 ) -> DAACNetworks:
     """Policy network and value network sized from ``env``'s specs.
 
@@ -110,9 +111,11 @@ def daac_networks(
     ``[Normalize] -> mlp(hidden) -> 1``, no parameter shared with the policy network.
     ``encoder``: ``"mlp"`` (flat observations), or an image encoder of
     :func:`~rlkit.modules.networks.make_encoder` (``feature_dim`` its width) in place of
-    ``Normalize``: the trunk and the value network each get their own.
+    ``Normalize``: the trunk and the value network each get their own. ``init_log_std`` and
+    ``bounded_mean``: a Gaussian policy's (:func:`~rlkit.modules.builders.gaussian_kwargs`).
     """
     hidden = tuple(hidden)
+    gaussian = gaussian_kwargs(env, init_log_std, bounded_mean)
     if encoder != "mlp":
         return _image_daac_networks(
             env,
@@ -120,7 +123,7 @@ def daac_networks(
             activation=activation,
             adv_hidden=adv_hidden,
             normalize_obs=normalize_obs,
-            init_log_std=init_log_std,
+            gaussian=gaussian,
             actor_hidden=actor_hidden,
             critic_hidden=critic_hidden,
             encoder=encoder,
@@ -148,7 +151,7 @@ def daac_networks(
         in_features=obs_dim if norm is not None else None,
         hidden=tuple(critic_hidden or hidden),
     )
-    return _daac_heads(env, trunk, width, critic, activation, adv_hidden, init_log_std, obs_norm)
+    return _daac_heads(env, trunk, width, critic, activation, adv_hidden, gaussian, obs_norm)
 
 
 def _image_daac_networks(
@@ -158,7 +161,7 @@ def _image_daac_networks(
     activation: str,
     adv_hidden: Sequence[int] | None,
     normalize_obs: bool,
-    init_log_std: float | None,
+    gaussian: dict,
     actor_hidden: Sequence[int] | None,
     critic_hidden: Sequence[int] | None,
     encoder: str,
@@ -178,7 +181,7 @@ def _image_daac_networks(
         in_features=critic_width,
         hidden=tuple(hidden if critic_hidden is None else critic_hidden),
     )
-    return _daac_heads(env, trunk, width, critic, activation, adv_hidden, init_log_std, None)
+    return _daac_heads(env, trunk, width, critic, activation, adv_hidden, gaussian, None)
 
 
 def _daac_heads(
@@ -188,7 +191,7 @@ def _daac_heads(
     critic: dict,
     activation: str,
     adv_hidden: Sequence[int] | None,
-    init_log_std: float | None,
+    gaussian: dict,
     obs_norm: nn.Module | None,
 ) -> DAACNetworks:
     """The policy head and the advantage head on ``trunk`` (``width`` features), and the
@@ -201,7 +204,7 @@ def _daac_heads(
         in_features=width,
         hidden=(),
         activation=activation,
-        **gaussian_kwargs(env, init_log_std),
+        **gaussian,
     )
     info = action_kind(act_spec, batch_shape=tuple(env.batch_size))
     if adv_hidden is None:

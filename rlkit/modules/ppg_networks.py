@@ -103,6 +103,7 @@ def ppg_networks(
     init_log_std: float | None = None,
     actor_hidden: Sequence[int] | None = None,
     critic_hidden: Sequence[int] | None = None,
+    bounded_mean: bool = False,
 ) -> PPGNetworks:
     """Actor, critic and auxiliary value head of Phasic Policy Gradient in the ``arch`` layout.
 
@@ -138,7 +139,9 @@ def ppg_networks(
 
     trunk, width = body(actor_hidden or hidden)
     net = dict(hidden=(), activation=activation, backbone=trunk, in_features=width)
-    actor = make_actor(obs_spec, act_spec, **net, **gaussian_kwargs(env, init_log_std))
+    actor = make_actor(
+        obs_spec, act_spec, **net, **gaussian_kwargs(env, init_log_std, bounded_mean)
+    )
 
     def value_head(features: nn.Module, out_key: str, width: int = width) -> ValueOperator:
         return ValueOperator(

@@ -55,7 +55,7 @@ from rlkit.modules import direct
 from rlkit.training.errors import NonFiniteError
 from rlkit.training.learner import Context, Learner, episode_stats
 from rlkit.training.stats import bootstrap_ci, iqm  # noqa: F401 (re-exported)
-from rlkit.training.update import _group_terms, _validate
+from rlkit.training.update import KLStops, _group_terms, _validate, approx_kl_of
 
 __all__ = ["PopulationLearner", "PopulationPolicy", "member_key"]
 
@@ -606,22 +606,29 @@ class PopulationLearner(Learner):
             _validate([groups[i]])
         stats = _MemberStats(self.size)
         epochs = groups[active[0]].epochs
+        kl_stops = {i: KLStops([groups[i]]) for i in active}  # each member's own target_kl
         for epoch in range(epochs):
             batches = {
                 i: list(self.members[i]._minibatches(flats[i], self.generators[i]))
                 for i in active
-                if i not in self.stopped
+                if i not in self.stopped and kl_stops[i].running([groups[i]])
             }
             for i in batches:
                 loss = groups[i].loss
                 if hasattr(loss, "diagnostics"):
-                    loss.diagnostics = epoch == epochs - 1
-            steps = min(len(b) for b in batches.values())
+                    loss.diagnostics = epoch == epochs - 1 or kl_stops[i].watches(loss)
+            steps = min((len(b) for b in batches.values()), default=0)
             for step in range(steps):
-                live = [i for i in batches if i not in self.stopped]
-                self._step(live, {i: batches[i][step] for i in live}, groups, ctx, stats)
+                live = [
+                    i for i in batches if i not in self.stopped and kl_stops[i].running([groups[i]])
+                ]
+                if not live:
+                    break
+                stepped = self._step(live, {i: batches[i][step] for i in live}, groups, ctx, stats)
+                for i in live:
+                    kl_stops[i].record([groups[i]], [groups[i]] if i in stepped else [])
         self.__dict__.pop("_stack_cache", None)  # this phase's batches
-        return [(i, stats.result(i)) for i in active]
+        return [(i, stats.result(i) | kl_stops[i].result()) for i in active]
 
     def _vmap_groups(self, live: Sequence[int], groups) -> dict[tuple, list[int]]:
         by_key: dict[tuple, list[int]] = {}
@@ -667,7 +674,10 @@ class PopulationLearner(Learner):
         cache[key] = (parts, stacked)
         return stacked
 
-    def _step(self, live, minibatches, groups, ctx, stats) -> None:
+    def _step(self, live, minibatches, groups, ctx, stats) -> set[int]:
+        """One step of every live member (those whose ``target_kl`` this minibatch's
+        approx_kl exceeds 1.5 times do not step, as :func:`rlkit.training.update.update_loop`
+        skips them); returns the members that stepped."""
         for i in live:
             groups[i].optimizer.zero_grad(set_to_none=True)
         results = [
@@ -678,7 +688,9 @@ class PopulationLearner(Learner):
         totals.sum().backward()
         order = [i for idx, _, _ in results for i in idx]
         norms = self._clip(order, groups, dict(zip(order, totals.detach())), ctx)
-        stepping = [groups[i].optimizer for i in order if i not in self.stopped]
+        over = self._over_target_kl(results, groups)
+        moving = [i for i in order if i not in self.stopped and i not in over]
+        stepping = [groups[i].optimizer for i in moving]
         if not self._joint.step(stepping):
             for optimizer in stepping:
                 optimizer.step()
@@ -687,7 +699,23 @@ class PopulationLearner(Learner):
             kept = [j for j, i in enumerate(idx) if i not in self.stopped]
             if kept:
                 stats.add([idx[j] for j in kept], out, kept)
-        stats.add_floats({i: {groups[i].grad_name: v} for i, v in norms.items()})
+        stats.add_floats({i: {groups[i].grad_name: v} for i, v in norms.items() if i not in over})
+        return set(moving)
+
+    @staticmethod
+    def _over_target_kl(results, groups) -> set[int]:
+        """The members whose ``target_kl`` the minibatch's approx_kl exceeds 1.5 times (one
+        host transfer for all)."""
+        watched = [
+            (i, groups[i].target_kl, approx_kl_of(groups[i], out)[j])
+            for idx, out, _ in results
+            for j, i in enumerate(idx)
+            if groups[i].target_kl is not None
+        ]
+        if not watched:
+            return set()
+        kls = torch.stack([kl.float() for _, _, kl in watched]).tolist()
+        return {i for (i, target, _), kl in zip(watched, kls) if kl > 1.5 * target}
 
     def _clip(self, live, groups, totals, ctx) -> dict[int, float]:
         """Every member's ``clip_grad_norm_`` (its global norm, its ``max_grad_norm``) from one

@@ -12,8 +12,11 @@ epoch count and gradient clipping); the loop does the rest::
                 all-reduce, (transform), clip, finiteness check, step the group's optimiser
 
 Groups in one call run in lockstep over the same minibatches; a group past its own epoch count
-is idle (its optimiser does not step, so its parameters stay bit-identical). Groups that should
-run one after the other (DAAC: the policy's epochs, then the value's) are two calls.
+is idle (its optimiser does not step, so its parameters stay bit-identical). A group with a
+``target_kl`` stops for the rest of the call at the first minibatch whose ``approx_kl``
+exceeds ``1.5 * target_kl``, without stepping on it (Stable-Baselines3's ``target_kl``).
+Groups that should run one after the other (DAAC: the policy's epochs, then the value's) are
+two calls.
 
 Contracts, each an error rather than a silent wrong answer:
 
@@ -40,7 +43,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from rlkit import keys
-from rlkit.objectives.common import MissingKeyError, is_compiled
+from rlkit.objectives.common import APPROX_KL, MissingKeyError, is_compiled
 
 __all__ = [
     "LossContractError",
@@ -73,6 +76,11 @@ class LossGroup:
         scale: multiplies the summed terms (SVPG's particle count).
         transform_grads: called after the all-reduce and before clipping (SVPG's Stein step).
         grad_name: the metric under which the gradient norm before clipping is logged.
+        target_kl: stop this group's epochs at the first minibatch whose ``approx_kl`` (the
+            loss's, computed before the step) exceeds ``1.5 * target_kl``, and skip that
+            minibatch's step (Stable-Baselines3's ``target_kl``); the gradient steps taken
+            are logged as ``grad_name`` with ``grad_norm`` replaced by ``grad_steps``.
+            ``None``: every epoch runs.
     """
 
     name: str
@@ -84,11 +92,14 @@ class LossGroup:
     scale: float = 1.0
     transform_grads: Callable[[], None] | None = None
     grad_name: str = "grad_norm"
+    target_kl: float | None = None
     _checked: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.epochs, bool) or not isinstance(self.epochs, int) or self.epochs < 0:
             raise ValueError(f"loss group {self.name!r}: epochs must be an int >= 0")
+        if self.target_kl is not None and not self.target_kl > 0:
+            raise ValueError(f"loss group {self.name!r}: target_kl must be > 0 or None")
         if self.terms is not None:
             self.terms = tuple(self.terms)
             bad = [t for t in self.terms if not t.startswith("loss_")]
@@ -455,15 +466,67 @@ def update_loop(
     minibatches = minibatches or _full_batch
     n_epochs = max(g.epochs for g in groups)
     stats = MeanMetrics()
+    kl_stops = KLStops(groups)
     for epoch in range(n_epochs):
-        active = [g for g in groups if epoch < g.epochs]
+        active = kl_stops.running([g for g in groups if epoch < g.epochs])
+        if not active:
+            break
         for loss in losses:  # detached diagnostics in the last epoch a loss is used
             if hasattr(loss, "diagnostics"):
                 last = max(g.epochs for g in groups if g.loss is loss) - 1
-                loss.diagnostics = epoch == last
+                loss.diagnostics = epoch == last or kl_stops.watches(loss)
         for minibatch in minibatches(inputs, ctx.generator):
-            _step(active, groups, minibatch, ctx, stats, grad_accum, source)
-    return stats.result()
+            stepped = _step(active, groups, minibatch, ctx, stats, grad_accum, source)
+            active = kl_stops.record(active, stepped)
+            if not active:
+                break
+    return stats.result() | kl_stops.result()
+
+
+class KLStops:
+    """The ``target_kl`` stops of one :func:`update_loop` call: which groups are watched,
+    how many steps each took and which have stopped (a population keeps one per member)."""
+
+    def __init__(self, groups: Sequence[LossGroup]) -> None:
+        self.groups = [g for g in groups if g.target_kl is not None]
+        self.steps = {id(g): 0 for g in self.groups}
+        self.halted: set[int] = set()
+
+    def watches(self, loss: nn.Module) -> bool:
+        """Whether a group stops on ``loss``'s approx_kl (then it reports it every epoch)."""
+        return any(g.loss is loss for g in self.groups)
+
+    def running(self, groups: Sequence[LossGroup]) -> list[LossGroup]:
+        return [g for g in groups if id(g) not in self.halted]
+
+    def record(self, active: Sequence[LossGroup], stepped: Sequence[LossGroup]) -> list:
+        """Count the watched groups' steps; a watched group that did not step has stopped.
+        Returns the groups still running."""
+        for g in active:
+            if id(g) in self.steps:
+                if any(h is g for h in stepped):
+                    self.steps[id(g)] += 1
+                else:
+                    self.halted.add(id(g))
+        return self.running(active)
+
+    def result(self) -> dict[str, float]:
+        """Each watched group's gradient steps in this call (``grad_steps``)."""
+        return {
+            g.grad_name.replace("grad_norm", "grad_steps"): float(self.steps[id(g)])
+            for g in self.groups
+        }
+
+
+def within_target_kl(active: Sequence[LossGroup], kls: Mapping[int, Any]) -> list[LossGroup]:
+    """The groups of ``active`` that may step: those without a ``target_kl`` and those whose
+    loss's ``approx_kl`` (``kls`` by group id) is at most ``1.5 * target_kl`` (one host
+    transfer for all)."""
+    if not kls:
+        return list(active)
+    values = torch.stack([torch.as_tensor(v, dtype=torch.float32) for v in kls.values()])
+    over = dict(zip(kls, values.tolist()))
+    return [g for g in active if id(g) not in over or over[id(g)] <= 1.5 * g.target_kl]
 
 
 def _validate(groups: Sequence[LossGroup]) -> None:
@@ -501,10 +564,12 @@ def _step(
     stats: MeanMetrics,
     grad_accum: int,
     source: TensorDictBase,
-) -> None:
-    """One optimiser step per active group on ``minibatch`` (chunked when ``grad_accum``)."""
+) -> list[LossGroup]:
+    """One optimiser step per active group on ``minibatch`` (chunked when ``grad_accum``),
+    except a group whose ``target_kl`` the minibatch's ``approx_kl`` exceeds 1.5 times.
+    Returns the groups that stepped."""
     if not active:
-        return
+        return []
     n = minibatch.shape[0]
     chunks = (
         [slice(None)]
@@ -514,6 +579,7 @@ def _step(
     for g in active:
         g.optimizer.zero_grad(set_to_none=True)
     totals = {id(g): 0.0 for g in active}
+    kls: dict[int, Any] = {}  # the approx_kl of a watched group's loss, chunk-weighted
     merged: dict[str, torch.Tensor] = {}
     for chunk in chunks:
         part = minibatch if isinstance(chunk, slice) else minibatch[chunk]
@@ -524,6 +590,7 @@ def _step(
                 # key reads are checked on a loss's first use, with its groups' other checks
                 strict = not all(h._checked for h in active if h.loss is g.loss)
                 outs[id(g.loss)] = _entries(_call_loss(g.loss, part, source, strict=strict))
+        _add_kls(kls, active, outs, weight)
         pending = [(g, outs[id(g.loss)]) for g in active]
         for i, (g, out) in enumerate(pending):
             names = _group_terms(g, out, groups)
@@ -537,6 +604,7 @@ def _step(
             _backward(total, g, only=len(groups) == 1, retain=i < len(pending) - 1)
         for out in outs.values():
             _merge_scalars(merged, out, weight)
+    active = within_target_kl(active, kls)
     for g in active:
         merged[g.grad_name] = ctx.step_optimizer(
             g.optimizer,
@@ -545,6 +613,27 @@ def _step(
             loss=totals[id(g)],
         )
     stats.add(merged)
+    return active
+
+
+def _add_kls(kls: dict[int, Any], active: Sequence[LossGroup], outs: Mapping, weight: float):
+    """Add each watched group's ``approx_kl`` (its loss's output ``outs[id(loss)]``) to
+    ``kls``, weighted by the chunk's share of the minibatch."""
+    for g in active:
+        if g.target_kl is not None:
+            kls[id(g)] = kls.get(id(g), 0.0) + weight * approx_kl_of(g, outs[id(g.loss)])
+
+
+def approx_kl_of(group: LossGroup, out: Mapping[str, Any]) -> torch.Tensor:
+    """The ``approx_kl`` a group with a ``target_kl`` stops on, or a contract error."""
+    kl = out.get(APPROX_KL)
+    if kl is None:
+        raise LossContractError(
+            f"loss group {group.name!r} stops its epochs on the loss's approx_kl (--target-kl), "
+            f"but {type(group.loss).__name__} reports none: drop --target-kl, or use a loss "
+            "that reports approx_kl (PPO, APPO, IMPALA, DAAC)"
+        )
+    return kl.detach()
 
 
 def _entries(out: Any) -> dict:
