@@ -233,6 +233,29 @@ def test_appo_ddp_keeps_parameters_identical(tmp_path):
     assert int(payload["modules"]["target_actor"]["step_count"]) == 4
 
 
+@pytest.mark.slow
+def test_target_kl_stops_every_ddp_rank_at_the_same_step(tmp_path):
+    """--target-kl on two ranks: each rank's minibatch has its own KL, so the stop reads the
+    ranks' mean; a rank stopping alone would leave the other waiting in the gradient
+    all-reduce. PPO, a tight target: the run ends, every update stops early, and the ranks'
+    parameters are identical."""
+    import csv
+
+    run_dir = tmp_path / "ddp"
+    command = [sys.executable, "recipes/ppo.py", "--accelerator", "cpu", "--devices", "2"]
+    command += ["--strategy", "ddp", "--total-frames", "2048", "--eval-every", "0"]
+    command += ["--num-envs", "4", "--rollout-steps", "64", "--epochs", "4"]
+    command += ["--minibatch-size", "64", "--target-kl", "1e-4"]
+    command += ["--eval-episodes", "2", "--progress", "false", "--run-dir", str(run_dir)]
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["rank_param_max_diff"] == 0.0
+    with open(run_dir / "metrics.csv") as f:
+        steps = [float(r["grad_steps"]) for r in csv.DictReader(f) if r.get("grad_steps")]
+    assert steps and all(1 <= n < 16 for n in steps), steps  # of 4 epochs x 4 minibatches
+
+
 _ORPHAN_SCRIPT = """
 import sys, time
 from tests.test_impala_appo import nets

@@ -518,13 +518,19 @@ class KLStops:
         }
 
 
-def within_target_kl(active: Sequence[LossGroup], kls: Mapping[int, Any]) -> list[LossGroup]:
+def within_target_kl(
+    active: Sequence[LossGroup], kls: Mapping[int, Any], ctx: Any = None
+) -> list[LossGroup]:
     """The groups of ``active`` that may step: those without a ``target_kl`` and those whose
     loss's ``approx_kl`` (``kls`` by group id) is at most ``1.5 * target_kl`` (one host
-    transfer for all)."""
+    transfer for all). On several ranks the KL is the mean over the ranks' minibatches, so
+    every rank stops at the same step (a rank that stopped alone would leave the others
+    waiting in the gradient all-reduce)."""
     if not kls:
         return list(active)
     values = torch.stack([torch.as_tensor(v, dtype=torch.float32) for v in kls.values()])
+    if ctx is not None and getattr(ctx, "world_size", 1) > 1:
+        values = ctx.all_reduce_mean(values)
     over = dict(zip(kls, values.tolist()))
     return [g for g in active if id(g) not in over or over[id(g)] <= 1.5 * g.target_kl]
 
@@ -604,7 +610,7 @@ def _step(
             _backward(total, g, only=len(groups) == 1, retain=i < len(pending) - 1)
         for out in outs.values():
             _merge_scalars(merged, out, weight)
-    active = within_target_kl(active, kls)
+    active = within_target_kl(active, kls, ctx)
     for g in active:
         merged[g.grad_name] = ctx.step_optimizer(
             g.optimizer,
