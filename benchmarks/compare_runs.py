@@ -127,7 +127,12 @@ def main() -> None:
     for label, *dirs in args.runs:
         if not dirs:
             parser.error(f"--runs {label}: give at least one run directory")
-        groups[label] = [r for d in dirs for r in read_runs(Path(d), label)]
+        runs = [r for d in dirs for r in read_runs(Path(d), label)]
+        dirs_seen = [r["run_dir"] for r in runs]
+        twice = sorted({d for d in dirs_seen if dirs_seen.count(d) > 1})
+        if twice:  # a report and one of its own run directories, or a report given twice
+            parser.error(f"--runs {label}: runs given twice: {', '.join(twice)}")
+        groups[label] = runs
     anchors = []
     for text in args.anchor:
         name, _, value = text.rpartition("=")

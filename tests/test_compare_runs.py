@@ -73,3 +73,10 @@ def test_an_earlier_reports_runs_are_read_back_by_label(tmp_path):
         [*cmd, "--runs", "B", report, "--out", str(out)], cwd=ROOT, capture_output=True, text=True
     )
     assert proc.returncode != 0 and "no runs labelled 'B'" in proc.stderr
+    proc = subprocess.run(  # the report already holds run a0
+        [*cmd, "--runs", "A", report, str(a), "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode != 0 and "runs given twice" in proc.stderr

@@ -250,6 +250,19 @@ def test_target_kl_stops_the_epochs_at_the_first_minibatch_over_1_5_target():
     torch.testing.assert_close(drift2.w.detach(), torch.tensor([w]))
 
 
+def test_a_nan_kl_is_not_a_quiet_stop_but_the_non_finite_error():
+    """A NaN approx_kl is not "within" the target: the group steps and the optimiser's
+    finiteness check raises, as it does without --target-kl (a population member with a NaN
+    KL is stopped the same way), rather than the update stopping quietly every batch."""
+    from rlkit.training.errors import NonFiniteError
+
+    drift = _Drift()
+    drift.w.data.fill_(float("nan"))
+    group = LossGroup("policy", drift, _sgd([drift.w]), epochs=2, target_kl=0.5)
+    with pytest.raises(NonFiniteError):
+        update_loop([group], TensorDict({"x": torch.ones(4)}, [4]), _ctx())
+
+
 def test_target_kl_needs_a_loss_that_reports_approx_kl_and_a_positive_target():
     loss = _Quadratic()
     group = LossGroup("a", loss, _sgd([loss.a, loss.b]), target_kl=0.01)

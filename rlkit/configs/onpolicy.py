@@ -69,9 +69,11 @@ class PolicyGradientConfig(TrainConfig):
     target_kl: float | None = field(
         default=None,
         metadata=_help(
-            "stop a batch's epochs at the first minibatch whose approx_kl from the acting "
-            "policy exceeds 1.5 x this, without stepping on it (Stable-Baselines3's "
-            "target_kl; a critic with its own optimiser trains on); none: every epoch runs"
+            "stop a batch's epochs at the first minibatch whose approx_kl exceeds 1.5 x "
+            "this, without stepping on it (Stable-Baselines3's target_kl; a critic with its "
+            "own optimiser trains on). The loss's KL: PPO's from the policy that collected "
+            "the batch; APPO's from its target network; IMPALA's from the acting policy, "
+            "policy lag included. none: every epoch runs"
         ),
     )
     kl_factor: float = field(

@@ -220,15 +220,18 @@ def _state_dependent_net(
 
 
 def _bounds(
-    low: torch.Tensor | float | None, high: torch.Tensor | float | None, action_dim: int
+    low: torch.Tensor | float | None,
+    high: torch.Tensor | float | None,
+    action_dim: int,
+    what: str = "tanh=True",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     low_t = torch.as_tensor(-1.0 if low is None else low, dtype=torch.float32)
     high_t = torch.as_tensor(1.0 if high is None else high, dtype=torch.float32)
     low_t, high_t = (t.expand(action_dim).clone() for t in (low_t, high_t))
     if not torch.isfinite(low_t).all() or not torch.isfinite(high_t).all():
         raise ValueError(
-            f"tanh=True and bounded_loc=True need finite low/high bounds, got low={low_t}, "
-            f"high={high_t}: use a plain Normal actor (both False)"
+            f"{what} needs finite low/high action bounds, got low={low_t}, high={high_t}: "
+            "use a plain Normal actor, whose actions the env clips"
         )
     if not (high_t > low_t).all():
         raise ValueError(f"need high > low elementwise, got low={low_t}, high={high_t}")
@@ -314,7 +317,7 @@ def gaussian_actor(
         loc = mlp(in_features, action_dim, out_gain=POLICY_OUT_GAIN, **mlp_kw)
         net = _StateIndependentStd(loc, action_dim, init_log_std)
     if bounded_loc:
-        net = _BoundedLoc(net, *_bounds(low, high, action_dim))
+        net = _BoundedLoc(net, *_bounds(low, high, action_dim, "bounded_loc=True (--bounded-mean)"))
     module = TensorDictModule(
         _head(backbone, net), in_keys=[obs_key], out_keys=[keys.LOC, keys.SCALE]
     )

@@ -687,8 +687,11 @@ class PopulationLearner(Learner):
         totals = torch.cat([total for _, _, total in results])
         totals.sum().backward()
         order = [i for idx, _, _ in results for i in idx]
-        norms = self._clip(order, groups, dict(zip(order, totals.detach())), ctx)
+        # a member over its target_kl does not step, so its gradient is neither clipped nor
+        # checked (its standalone run never reaches the optimiser's finiteness check there)
         over = self._over_target_kl(results, groups)
+        checked = [i for i in order if i not in over]
+        norms = self._clip(checked, groups, dict(zip(order, totals.detach())), ctx)
         moving = [i for i in order if i not in self.stopped and i not in over]
         stepping = [groups[i].optimizer for i in moving]
         if not self._joint.step(stepping):

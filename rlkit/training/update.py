@@ -512,10 +512,15 @@ class KLStops:
 
     def result(self) -> dict[str, float]:
         """Each watched group's gradient steps in this call (``grad_steps``)."""
-        return {
-            g.grad_name.replace("grad_norm", "grad_steps"): float(self.steps[id(g)])
-            for g in self.groups
-        }
+        return {steps_name(g): float(self.steps[id(g)]) for g in self.groups}
+
+
+def steps_name(group: LossGroup) -> str:
+    """The metric of a watched group's step count: its ``grad_name`` with ``grad_norm``
+    replaced by ``grad_steps`` (``grad_steps``, ``value_grad_steps``), else
+    ``<grad_name>_steps``."""
+    name = group.grad_name
+    return name.replace("grad_norm", "grad_steps") if "grad_norm" in name else f"{name}_steps"
 
 
 def within_target_kl(
@@ -532,7 +537,9 @@ def within_target_kl(
     if ctx is not None and getattr(ctx, "world_size", 1) > 1:
         values = ctx.all_reduce_mean(values)
     over = dict(zip(kls, values.tolist()))
-    return [g for g in active if id(g) not in over or over[id(g)] <= 1.5 * g.target_kl]
+    # "not over" rather than "<=": a NaN KL steps, so the optimiser's finiteness check
+    # raises instead of the group stopping quietly (as a population member is stopped)
+    return [g for g in active if not (id(g) in over and over[id(g)] > 1.5 * g.target_kl)]
 
 
 def _validate(groups: Sequence[LossGroup]) -> None:
