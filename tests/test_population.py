@@ -336,20 +336,25 @@ def test_sync_vtrace_members_match_standalone_runs_and_resume_as_they_do(tmp_pat
     assert [m["eval_return_mean"] for m in report["members"]] == pytest.approx(finals)
 
 
-def test_bounded_mean_and_target_kl_members_match_standalone_runs(tmp_path):
+@pytest.mark.parametrize("algo", ["ppo", "impala"])
+def test_bounded_mean_and_target_kl_members_match_standalone_runs(tmp_path, algo):
     """--bounded-mean (a Normal policy whose mean is squashed into the action bounds by a
-    module with buffers) and --target-kl (each member stops its own epochs) vectorise: IMPALA
-    on Pendulum-v1, two members sweeping the learning rate end where two standalone runs end
-    (the higher rate stops earlier: the members' step counts differ)."""
-    from rlkit.algorithms import impala
-
-    flags = [*SYNC, "--env", "Pendulum-v1", "--bounded-mean", "true", "--total-frames", "128"]
-    flags += ["--target-kl", "0.002", "--epochs", "4"]
-    impala.main([*flags, "--sweep", "lr=1e-2,1e-3", "--run-dir", str(tmp_path / "pop")])
+    module with buffers) and --target-kl (each member stops its own epochs) in a population:
+    two members sweeping the learning rate on Pendulum-v1 end where two standalone runs end,
+    and stop their updates at the same steps (the higher rate stops earlier). PPO's members
+    step together (vectorised); IMPALA's run their own updates in turn."""
+    main = load(algo).main
+    if algo == "ppo":
+        flags = [*FLAGS[:-6], "--eval-every", "0", "--eval-episodes", "2", "--progress", "false"]
+        flags += ["--total-frames", "256", "--target-kl", "0.001"]
+    else:
+        flags = [*SYNC, "--total-frames", "128", "--target-kl", "0.002", "--epochs", "4"]
+    flags += ["--env", "Pendulum-v1", "--bounded-mean", "true"]
+    main([*flags, "--sweep", "lr=1e-2,1e-3", "--run-dir", str(tmp_path / "pop")])
     pop = _modules(tmp_path / "pop")
     steps = []
     for i, lr in enumerate(("1e-2", "1e-3")):
-        impala.main([*flags, "--lr", lr, "--run-dir", str(tmp_path / f"solo{i}")])
+        main([*flags, "--lr", lr, "--run-dir", str(tmp_path / f"solo{i}")])
         solo = _modules(tmp_path / f"solo{i}")
         assert any(".net." in k for k in solo["actor"])  # the bounded actor
         steps.append(_grad_steps(tmp_path / f"solo{i}"))
@@ -358,6 +363,7 @@ def test_bounded_mean_and_target_kl_members_match_standalone_runs(tmp_path):
                 got = pop[f"member{i}.{name}"][k]
                 assert (got.double() - v.double()).abs().max().item() < 1e-5, (i, name, k)
     assert steps[0] != steps[1], steps  # the target stopped the two runs at different steps
+    assert all(n < 8 for n in steps[0]), steps  # and it did stop them (of 4 x 2)
     assert [_grad_steps(tmp_path / "pop", member=str(i)) for i in range(2)] == steps
 
 

@@ -724,6 +724,8 @@ class PopulationLearner(Learner):
         """Every member's ``clip_grad_norm_`` (its global norm, its ``max_grad_norm``) from one
         ``_foreach_norm`` over all members' gradients and one host transfer; a member whose
         norm is not finite is stopped (its gradients dropped) and reported."""
+        if not live:  # every member over its target_kl at this step
+            return {}
         params = {i: self._params(groups[i].optimizer) for i in live}
         params_flat = [p for i in live for p in params[i]]
         grads = [p.grad for p in params_flat]
