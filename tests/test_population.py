@@ -365,15 +365,24 @@ def test_bounded_mean_and_target_kl_members_match_standalone_runs(tmp_path, algo
     assert steps[0] != steps[1], steps  # the target stopped the two runs at different steps
     assert all(n < 8 for n in steps[0]), steps  # and it did stop them (of 4 x 2)
     assert [_grad_steps(tmp_path / "pop", member=str(i)) for i in range(2)] == steps
+    for i in range(2):  # the last epoch run's KL, logged as the standalone run logs it
+        assert _column(tmp_path / "pop", "approx_kl", str(i)) == pytest.approx(
+            _column(tmp_path / f"solo{i}", "approx_kl"), rel=1e-4, abs=1e-7
+        )
 
 
 def _grad_steps(run_dir, member: str = "") -> list[float]:
     """The logged ``grad_steps`` of each batch (a population's rows of one member)."""
+    return _column(run_dir, "grad_steps", member)
+
+
+def _column(run_dir, name: str, member: str = "") -> list[float]:
+    """A logged metric of each batch (a population's rows of one member)."""
     import csv
 
     with open(run_dir / "metrics.csv") as f:
         rows = [r for r in csv.DictReader(f) if r.get("member", "") == member]
-    return [float(r["grad_steps"]) for r in rows if r["grad_steps"]]
+    return [float(r[name]) for r in rows if r[name]]
 
 
 @pytest.mark.parametrize("algo", ["impala", "appo"])

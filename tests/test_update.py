@@ -196,6 +196,7 @@ class _Drift(nn.Module):
         self.w = nn.Parameter(torch.zeros(1))
         self.start = torch.zeros(1)
         self.in_keys = ["x"]
+        self.out_keys = ["loss_w", "approx_kl"]
 
     def forward(self, td):
         return TensorDict(
@@ -235,19 +236,24 @@ def test_target_kl_stops_the_epochs_at_the_first_minibatch_over_1_5_target():
     assert steps == 1  # 0 -> 1.0 (kl 1.0 > 0.75): one step, then stop
     torch.testing.assert_close(drift.w.detach(), torch.tensor([w]))
     assert out["grad_steps"] == steps
+    assert out["approx_kl"] == pytest.approx(0.5)  # the epoch's KLs before its steps: 0, 1
     # the other group took all 20 steps: a_k = 1 - 0.8^k for SGD on (a - 1)^2
     torch.testing.assert_close(other.a.detach(), torch.full((3,), 1 - 0.8**20))
     # a looser target lets more steps through, counted the same way
     drift2 = _Drift()
     group = LossGroup("policy", drift2, _sgd([drift2.w], 0.02), epochs=5, target_kl=2.0)
     out = update_loop([group], data, _ctx(), minibatches=_chunks(2))
-    w, steps = 0.0, 0
-    for _ in range(20):
+    w, steps, kls = 0.0, 0, []
+    for step in range(20):
+        if step % 4 == 0:  # a new epoch: its own KLs (SB3 logs the last epoch's mean)
+            kls = []
+        kls.append(w**2)
         if w**2 > 3.0:
             break
         w, steps = w - 0.02 * 2 * (w - 5), steps + 1
-    assert 1 < steps < 20 and out["grad_steps"] == steps
+    assert 4 < steps < 20 and out["grad_steps"] == steps  # stopped after its first epoch
     torch.testing.assert_close(drift2.w.detach(), torch.tensor([w]))
+    assert out["approx_kl"] == pytest.approx(sum(kls) / len(kls), rel=1e-5)
 
 
 def test_a_nan_kl_is_not_a_quiet_stop_but_the_non_finite_error():

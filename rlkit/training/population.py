@@ -341,6 +341,15 @@ class _MemberStats:
                 self.sums[k].index_add_(0, index, v)
             self.counts[k].index_add_(0, index, torch.ones(len(members), dtype=torch.float64))
 
+    def discard(self, names: Sequence[str], members: Sequence[int]) -> None:
+        """Forget ``members``' values under ``names`` (a new epoch's diagnostics replace
+        them, as :meth:`rlkit.training.update.MeanMetrics.discard` does for a run)."""
+        index = torch.tensor(list(members), dtype=torch.long)
+        for k in names:
+            if k in self.sums:
+                self.sums[k][index] = -math.inf if k.endswith("_max") else 0.0
+                self.counts[k][index] = 0.0
+
     def add_floats(self, values: Mapping[int, Mapping[str, float]]) -> None:
         for i, named in values.items():
             for k, v in named.items():
@@ -617,6 +626,8 @@ class PopulationLearner(Learner):
                 loss = groups[i].loss
                 if hasattr(loss, "diagnostics"):
                     loss.diagnostics = epoch == epochs - 1 or kl_stops[i].watches(loss)
+                if epoch:  # the last epoch run's diagnostics, as a standalone run logs them
+                    stats.discard(kl_stops[i].diagnostics([groups[i]]), [i])
             steps = min((len(b) for b in batches.values()), default=0)
             for step in range(steps):
                 live = [

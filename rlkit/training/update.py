@@ -139,6 +139,11 @@ class MeanMetrics:
             else:
                 seen.append(v)
 
+    def discard(self, names: Iterable[str]) -> None:
+        """Forget what was added under ``names`` (a new epoch's diagnostics replace them)."""
+        for name in names:
+            self.values.pop(name, None)
+
     def result(self) -> dict[str, float]:
         out: dict[str, float] = {}
         tensors: list[torch.Tensor] = []
@@ -471,6 +476,8 @@ def update_loop(
         active = kl_stops.running([g for g in groups if epoch < g.epochs])
         if not active:
             break
+        if epoch:  # a watched loss's diagnostics are those of the last epoch it runs in, as
+            stats.discard(kl_stops.diagnostics(active))  # without a target (and as in SB3)
         for loss in losses:  # detached diagnostics in the last epoch a loss is used
             if hasattr(loss, "diagnostics"):
                 last = max(g.epochs for g in groups if g.loss is loss) - 1
@@ -491,6 +498,15 @@ class KLStops:
         self.groups = [g for g in groups if g.target_kl is not None]
         self.steps = {id(g): 0 for g in self.groups}
         self.halted: set[int] = set()
+
+    def diagnostics(self, active: Sequence[LossGroup]) -> list[str]:
+        """The diagnostic names (``out_keys`` but the ``loss_*`` terms) of the watched losses
+        that ``active`` groups will call again (they report them in every epoch to give the
+        stop its approx_kl)."""
+        running = {id(g.loss) for g in active}
+        watched = [g.loss for g in self.groups if id(g.loss) in running]
+        names = {k for loss in watched for k in getattr(loss, "out_keys", ())}
+        return [k for k in names if isinstance(k, str) and not k.startswith("loss_")]
 
     def watches(self, loss: nn.Module) -> bool:
         """Whether a group stops on ``loss``'s approx_kl (then it reports it every epoch)."""
