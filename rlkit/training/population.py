@@ -55,7 +55,13 @@ from rlkit.modules import direct
 from rlkit.training.errors import NonFiniteError
 from rlkit.training.learner import Context, Learner, episode_stats
 from rlkit.training.stats import bootstrap_ci, iqm  # noqa: F401 (re-exported)
-from rlkit.training.update import KLStops, _group_terms, _validate, approx_kl_of
+from rlkit.training.update import (
+    KLStops,
+    _group_terms,
+    _validate,
+    approx_kl_of,
+    over_target_kl,
+)
 
 __all__ = ["PopulationLearner", "PopulationPolicy", "member_key"]
 
@@ -721,7 +727,7 @@ class PopulationLearner(Learner):
         """The members whose ``target_kl`` the minibatch's approx_kl exceeds 1.5 times (one
         host transfer for all)."""
         watched = [
-            (i, groups[i].target_kl, approx_kl_of(groups[i], out)[j])
+            (i, groups[i], approx_kl_of(groups[i], out)[j])
             for idx, out, _ in results
             for j, i in enumerate(idx)
             if groups[i].target_kl is not None
@@ -729,7 +735,7 @@ class PopulationLearner(Learner):
         if not watched:
             return set()
         kls = torch.stack([kl.float() for _, _, kl in watched]).tolist()
-        return {i for (i, target, _), kl in zip(watched, kls) if kl > 1.5 * target}
+        return {i for (i, group, _), kl in zip(watched, kls) if over_target_kl(kl, group)}
 
     def _clip(self, live, groups, totals, ctx) -> dict[int, float]:
         """Every member's ``clip_grad_norm_`` (its global norm, its ``max_grad_norm``) from one

@@ -484,9 +484,10 @@ def update_loop(
                 loss.diagnostics = epoch == last or kl_stops.watches(loss)
         for minibatch in minibatches(inputs, ctx.generator):
             stepped = _step(active, groups, minibatch, ctx, stats, grad_accum, source)
-            active = kl_stops.record(active, stepped)
-            if not active:
-                break
+            if kl_stops.groups:  # nothing to count without a target_kl
+                active = kl_stops.record(active, stepped)
+                if not active:
+                    break
     return stats.result() | kl_stops.result()
 
 
@@ -548,14 +549,19 @@ def within_target_kl(
     every rank stops at the same step (a rank that stopped alone would leave the others
     waiting in the gradient all-reduce)."""
     if not kls:
-        return list(active)
+        return active
     values = torch.stack([torch.as_tensor(v, dtype=torch.float32) for v in kls.values()])
     if ctx is not None and getattr(ctx, "world_size", 1) > 1:
         values = ctx.all_reduce_mean(values)
     over = dict(zip(kls, values.tolist()))
-    # "not over" rather than "<=": a NaN KL steps, so the optimiser's finiteness check
-    # raises instead of the group stopping quietly (as a population member is stopped)
-    return [g for g in active if not (id(g) in over and over[id(g)] > 1.5 * g.target_kl)]
+    return [g for g in active if not (id(g) in over and over_target_kl(over[id(g)], g))]
+
+
+def over_target_kl(kl: float, group: LossGroup) -> bool:
+    """SB3's stop: ``kl > 1.5 * target_kl``. "Over" rather than "not within": a NaN KL steps,
+    so the optimiser's finiteness check raises instead of the group stopping quietly (the
+    rule a run and a population member share)."""
+    return kl > 1.5 * group.target_kl
 
 
 def _validate(groups: Sequence[LossGroup]) -> None:
