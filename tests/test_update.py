@@ -256,6 +256,31 @@ def test_target_kl_stops_the_epochs_at_the_first_minibatch_over_1_5_target():
     assert out["approx_kl"] == pytest.approx(sum(kls) / len(kls), rel=1e-5)
 
 
+def test_a_batch_without_a_step_warns_once(monkeypatch):
+    """A KL already over 1.5 x target at the first minibatch (APPO's target lag, say): no
+    step, grad_steps 0, and one RuntimeWarning naming the group and the limit; the next such
+    batch is quiet, a batch that steps does not warn."""
+    import warnings
+
+    from rlkit.training import update as update_mod
+
+    monkeypatch.setattr(update_mod, "_NO_STEP_WARNED", set())
+    data = TensorDict({"x": torch.ones(4)}, [4])
+    drift = _Drift()
+    drift.start = torch.full((1,), -1.0)  # w = 0 is already 1.0 from where the KL is measured
+    group = LossGroup("policy", drift, _sgd([drift.w]), epochs=3, target_kl=0.5)
+    with pytest.warns(RuntimeWarning, match=r"'policy' took no gradient step.*\(0\.75\)"):
+        out = update_loop([group], data, _ctx(), minibatches=_chunks(2))
+    assert out["grad_steps"] == 0 and drift.w.item() == 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = update_loop([group], data, _ctx(), minibatches=_chunks(2))  # warned already
+        assert out["grad_steps"] == 0
+        fresh = _Drift()  # KL 0 at the first minibatch: steps, no warning
+        ok = LossGroup("value", fresh, _sgd([fresh.w]), epochs=1, target_kl=0.5)
+        assert update_loop([ok], data, _ctx(), minibatches=_chunks(2))["grad_steps"] >= 1
+
+
 def test_a_nan_kl_is_not_a_quiet_stop_but_the_non_finite_error():
     """A NaN approx_kl is not "within" the target: the group steps and the optimiser's
     finiteness check raises, as it does without --target-kl (a population member with a NaN

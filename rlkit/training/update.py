@@ -528,8 +528,37 @@ class KLStops:
         return self.running(active)
 
     def result(self) -> dict[str, float]:
-        """Each watched group's gradient steps in this call (``grad_steps``)."""
+        """Each watched group's gradient steps in this call (``grad_steps``). A group that
+        took none gets a warning, once per group name in a process (:func:`_warn_no_step`)."""
+        for g in self.groups:
+            if self.steps[id(g)] == 0:
+                _warn_no_step(g)
         return {steps_name(g): float(self.steps[id(g)]) for g in self.groups}
+
+
+#: the group names already warned of a batch without a step (one warning each per process)
+_NO_STEP_WARNED: set[str] = set()
+
+
+def _warn_no_step(group: LossGroup) -> None:
+    """Say once that ``group`` took no gradient step on a batch: its first minibatch's KL
+    was already over ``1.5 x target_kl``. Nothing else would show it but ``grad_steps`` 0,
+    and a run whose every batch stops there trains nothing (the KL some losses report
+    includes more than the update's drift: APPO's is from its target network, IMPALA's from
+    the acting policy, lag included)."""
+    if group.name in _NO_STEP_WARNED:
+        return
+    _NO_STEP_WARNED.add(group.name)
+    warnings.warn(
+        f"--target-kl: loss group {group.name!r} took no gradient step on a batch: the "
+        f"approx_kl of its first minibatch was already over 1.5 x target_kl "
+        f"({1.5 * group.target_kl:g}) before any step. Its grad_steps metric counts the steps "
+        "per batch; if it stays at 0 the policy does not train: raise --target-kl, or drop "
+        "what adds to the KL before the first step (APPO: --tau 1 --target-update-freq 1; "
+        "asynchronous collection: --sync-collect true). (Shown once.)",
+        RuntimeWarning,
+        stacklevel=2,
+    )
 
 
 def steps_name(group: LossGroup) -> str:
