@@ -466,6 +466,7 @@ def build_actor_critic(
         bounded_mean=cfg.bounded_mean,
         actor_hidden=cfg.actor_layers,
         critic_hidden=cfg.critic_layers,
+        init=getattr(cfg, "init", "orthogonal"),
     )
 
 

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 
 from rlkit.configs.critic import CriticConfig
 from rlkit.configs.encoders import EncoderConfig
-from rlkit.configs.onpolicy import IntrinsicConfig, OnPolicyConfig
+from rlkit.configs.onpolicy import InitConfig, IntrinsicConfig, OnPolicyConfig
 
 
 @dataclass(frozen=True)
-class A2CConfig(CriticConfig, EncoderConfig, IntrinsicConfig, OnPolicyConfig):
+class A2CConfig(CriticConfig, EncoderConfig, InitConfig, IntrinsicConfig, OnPolicyConfig):
     """Train A2C. Defaults follow Stable-Baselines3's A2C (8 envs x 5 steps, RMSprop)."""
 
     total_frames: int = field(default=500_000, metadata={"help": "frames to train for"})

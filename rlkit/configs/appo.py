@@ -26,10 +26,11 @@ from dataclasses import dataclass, field
 from rlkit.configs import ppo
 from rlkit.configs.encoders import EncoderConfig
 from rlkit.configs.impala import VTraceConfig
+from rlkit.configs.onpolicy import InitConfig
 
 
 @dataclass(frozen=True)
-class APPOConfig(EncoderConfig, VTraceConfig):
+class APPOConfig(EncoderConfig, InitConfig, VTraceConfig):
     """Train APPO. Defaults solve CartPole-v1; flags override."""
 
     total_frames: int = field(default=500_000, metadata={"help": "frames to train for"})

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rlkit.configs.encoders import EncoderConfig
-from rlkit.configs.onpolicy import PolicyGradientConfig
+from rlkit.configs.onpolicy import InitConfig, PolicyGradientConfig
 from rlkit.configs.suites import MINATAR_PPO
 
 
@@ -95,7 +95,7 @@ class VTraceConfig(PolicyGradientConfig):
 
 
 @dataclass(frozen=True)
-class IMPALAConfig(EncoderConfig, VTraceConfig):
+class IMPALAConfig(EncoderConfig, InitConfig, VTraceConfig):
     """Train IMPALA. Defaults solve CartPole-v1; flags override."""
 
     total_frames: int = field(default=500_000, metadata={"help": "frames to train for"})

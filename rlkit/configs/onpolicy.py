@@ -320,6 +320,37 @@ class ClipConfig(OnPolicyConfig):
         return {"clip_epsilon": (self.clip_epsilon, self.clip_epsilon_final)}
 
 
+#: ``--init`` choices (rlkit.modules.networks.INITS)
+NETWORK_INITS = ("orthogonal", "torch", "gymnax")
+
+
+@dataclass(frozen=True)
+class InitConfig:
+    """``--init``: how the actor and critic built by
+    :func:`rlkit.modules.actor_critic_networks` are initialised (PPO, A2C, IMPALA, APPO,
+    RND). Mixed in before the recipe's config class, so its ``__post_init__`` runs the rest
+    of the chain first."""
+
+    init: str = field(
+        default="orthogonal",
+        metadata=_help(
+            "weight initialisation of the actor and critic: orthogonal (CleanRL's and SB3's: "
+            "gain sqrt 2 on hidden layers, 0.01 on the policy head, 1 on the value head, zero "
+            "biases), torch (PyTorch's default, SB3's ortho_init=False) or gymnax "
+            "(gymnax-blines': flax's LeCun-normal weights on every layer, biases uniform in "
+            "[0, 0.05))",
+            choices=NETWORK_INITS,
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()  # type: ignore[misc]
+        if self.init not in NETWORK_INITS:
+            raise ValueError(
+                f"--init {self.init!r} is not a scheme: use one of {', '.join(NETWORK_INITS)}"
+            )
+
+
 #: ``--intrinsic`` choices (rlkit.objectives.intrinsic.INTRINSIC_REWARDS, and none)
 INTRINSIC_CHOICES = ("none", "rnd", "icm")
 

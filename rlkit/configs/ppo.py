@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 
 from rlkit.configs.critic import CriticConfig
 from rlkit.configs.encoders import EncoderConfig
-from rlkit.configs.onpolicy import ClipConfig, IntrinsicConfig
+from rlkit.configs.onpolicy import ClipConfig, InitConfig, IntrinsicConfig
 from rlkit.configs.rnd import RNDConfig
 from rlkit.configs.suites import ATARI_PPO, MINATAR_PPO
 
 
 @dataclass(frozen=True)
-class PPOConfig(CriticConfig, EncoderConfig, IntrinsicConfig, ClipConfig):
+class PPOConfig(CriticConfig, EncoderConfig, InitConfig, IntrinsicConfig, ClipConfig):
     """Train PPO. Defaults solve CartPole-v1 (rl-zoo3's tuned settings); flags override."""
 
     total_frames: int = field(default=100_000, metadata={"help": "frames to train for"})

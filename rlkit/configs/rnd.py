@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlkit.configs.encoders import EncoderConfig
-from rlkit.configs.onpolicy import ClipConfig
+from rlkit.configs.onpolicy import ClipConfig, InitConfig
 from rlkit.configs.suites import ATARI_PPO, MINATAR_PPO
 from rlkit.training.config import in_unit_interval, non_negative, positive
 
@@ -41,7 +41,7 @@ def _help(text: str, **kw: Any) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class RNDConfig(EncoderConfig, ClipConfig):
+class RNDConfig(EncoderConfig, InitConfig, ClipConfig):
     """Train RND-PPO. Defaults explore MountainCar with a sparse reward (1 at the goal, 0
     otherwise), scored on MountainCar-v0's return; flags override.
 

@@ -51,6 +51,7 @@ __all__ = [
     "make_env",
     "make_eval_env",
     "reseed",
+    "TruncationAsTermination",
 ]
 
 GymWrapperFn = Callable[[gymnasium.Env], gymnasium.Env]
@@ -58,6 +59,17 @@ GymWrapperFn = Callable[[gymnasium.Env], gymnasium.Env]
 # Box2D's SWIG bindings warn on import (Python >= 3.12 style DeprecationWarning about
 # builtin types with no __module__); harmless and not actionable for rlkit users.
 _SWIG_IMPORT_WARNING = r"builtin type (SwigPy\w+|swigvarlink) has no __module__ attribute"
+
+
+class TruncationAsTermination(gymnasium.Wrapper):
+    """Report a truncated step as terminated too (``terminated = terminated or truncated``;
+    ``truncated`` is kept), so every learner treats a time limit as the end of the return:
+    no bootstrap from the state reached. ``make_env(..., bootstrap_truncated=False)`` and
+    ``--bootstrap-truncated false`` put it after gymnasium's ``TimeLimit``."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, reward, bool(terminated or truncated), truncated, info
 
 
 class _SyncVectorGymWrapper(GymWrapper):
@@ -216,6 +228,7 @@ def make_env(
     env_kwargs: Mapping[str, Any] | None = None,
     wrappers: Sequence[GymWrapperFn] = (),
     evaluation: bool = False,
+    bootstrap_truncated: bool = True,
 ) -> TransformedEnv:
     """Build ``num_envs`` copies of a gymnasium env as one TorchRL env, batch ``[num_envs]``.
 
@@ -266,6 +279,10 @@ def make_env(
             ``{"continuous": True}`` for LunarLander).
         wrappers: gymnasium wrapper constructors applied to each sub-env, in order, after
             gymnasium's own (``TimeLimit`` included), e.g. ``[FlattenObservation]``.
+        bootstrap_truncated: ``False`` marks every truncated step terminated too
+            (:class:`TruncationAsTermination`, after gymnasium's ``TimeLimit``), so value
+            targets do not bootstrap there: CleanRL's ``ppo.py`` and gymnax's envs. The
+            default keeps truncations apart, and the learners bootstrap from them.
         evaluation: build the evaluation variant of a pixel suite's protocol
             (:mod:`rlkit.envs.suites`; ``ALE/*``: no episode end at a life loss, raw
             rewards); other ids are built the same either way.
@@ -292,7 +309,7 @@ def make_env(
         max_episode_steps=max_episode_steps,
         render_mode=render_mode,
         env_kwargs=env_kwargs,
-        wrappers=wrappers,
+        wrappers=[*wrappers] if bootstrap_truncated else [*wrappers, TruncationAsTermination],
         evaluation=evaluation,
     )
     try:

@@ -10,7 +10,7 @@ from torch import nn
 from rlkit import keys
 from rlkit.modules.actors import make_actor
 from rlkit.modules.critics import make_value
-from rlkit.modules.networks import make_encoder
+from rlkit.modules.networks import INITS, make_encoder, reinit_
 from rlkit.modules.normalization import Normalize, RunningMeanStd
 
 __all__ = ["actor_critic_networks", "check_mlp_observation", "gaussian_kwargs", "obs_shape"]
@@ -57,6 +57,7 @@ def actor_critic_networks(
     encoder: str = "mlp",
     feature_dim: int | None = None,
     bounded_mean: bool = False,
+    init: str = "orthogonal",
 ) -> tuple[nn.Module, nn.Module, RunningMeanStd | None]:
     """Separate actor and V critic sized from ``env``'s specs: ``(actor, critic, obs_norm)``.
 
@@ -70,7 +71,39 @@ def actor_critic_networks(
     :func:`~rlkit.modules.networks.make_encoder` (``"nature"``, ``"impala"``, ``"minatar"``,
     ``feature_dim`` its output width) that each network gets its own of, before its hidden
     layers.
+    ``init``: ``"orthogonal"`` (the builders' own), ``"torch"`` or ``"gymnax"``, applied to
+    every layer of both networks afterwards (:func:`~rlkit.modules.networks.reinit_`).
     """
+    if init not in INITS:  # before any layer is built, so a typo costs nothing
+        raise ValueError(f"unknown initialisation {init!r}: use one of {', '.join(INITS)}")
+    actor, critic, obs_norm = _actor_critic(
+        env,
+        hidden=hidden,
+        activation=activation,
+        normalize_obs=normalize_obs,
+        init_log_std=init_log_std,
+        actor_hidden=actor_hidden,
+        critic_hidden=critic_hidden,
+        encoder=encoder,
+        feature_dim=feature_dim,
+        bounded_mean=bounded_mean,
+    )
+    return reinit_(actor, init), reinit_(critic, init), obs_norm
+
+
+def _actor_critic(
+    env,
+    *,
+    hidden,
+    activation,
+    normalize_obs,
+    init_log_std,
+    actor_hidden,
+    critic_hidden,
+    encoder,
+    feature_dim,
+    bounded_mean,
+) -> tuple[nn.Module, nn.Module, RunningMeanStd | None]:
     obs_spec, act_spec = env.observation_spec, env.action_spec
     actor_net = dict(hidden=tuple(actor_hidden or hidden), activation=activation)
     critic_net = dict(hidden=tuple(critic_hidden or hidden), activation=activation)

@@ -31,7 +31,9 @@ __all__ = [
     "FlatImage",
     "NatureCNN",
     "image_layout",
+    "INITS",
     "init_orthogonal_",
+    "reinit_",
     "make_encoder",
     "mlp",
     "mlp_body",
@@ -84,6 +86,49 @@ def init_orthogonal_(module: nn.Module, gain: float) -> nn.Module:
         nn.init.orthogonal_(module.weight, gain=gain)
         if module.bias is not None:
             nn.init.zeros_(module.bias)
+    return module
+
+
+#: ``--init`` schemes of :func:`reinit_` (``orthogonal``: the builders' own, left as built)
+INITS = ("orthogonal", "torch", "gymnax")
+
+#: flax's ``lecun_normal`` draws from a normal truncated at two standard deviations and
+#: divides by that distribution's std, so the weights' variance is exactly 1 / fan-in
+#: (``jax.nn.initializers.variance_scaling``, "truncated_normal")
+_TRUNCATED_NORMAL_STD = 0.87962566103423978
+
+
+def reinit_(module: nn.Module, scheme: str) -> nn.Module:
+    """Re-initialise every ``nn.Linear`` and ``nn.Conv*`` layer inside ``module``, in place.
+
+    - ``"orthogonal"``: nothing (the builders' orthogonal initialisation stays).
+    - ``"torch"``: PyTorch's default (``reset_parameters``: Kaiming-uniform weights with
+      ``a = sqrt(5)``, uniform biases), as SB3 with ``ortho_init=False``.
+    - ``"gymnax"``: gymnax-blines' ``CategoricalSeparateMLP`` / ``GaussianSeparateMLP``:
+      flax's default ``nn.Dense`` weights (LeCun normal: a normal truncated at +-2 std,
+      variance 1 / fan-in) on every layer, output heads included, and biases uniform in
+      ``[0, 0.05)`` (its ``default_mlp_init``).
+
+    Parameters that are not a layer's (a Gaussian policy's log-std) are left alone. Layers are
+    visited in ``module.modules()`` order, so a seed gives the same weights every time.
+    Returns ``module``.
+    """
+    if scheme not in INITS:
+        raise ValueError(f"unknown initialisation {scheme!r}: use one of {', '.join(INITS)}")
+    if scheme == "orthogonal":
+        return module
+    for layer in module.modules():
+        if not isinstance(layer, nn.Linear | nn.Conv1d | nn.Conv2d | nn.Conv3d):
+            continue
+        if scheme == "torch":
+            layer.reset_parameters()
+            continue
+        fan_in = layer.weight[0].numel()
+        std = math.sqrt(1.0 / fan_in) / _TRUNCATED_NORMAL_STD
+        with torch.no_grad():
+            nn.init.trunc_normal_(layer.weight, std=std, a=-2.0 * std, b=2.0 * std)
+            if layer.bias is not None:
+                nn.init.uniform_(layer.bias, 0.0, 0.05)
     return module
 
 

@@ -58,6 +58,15 @@ class TrainConfig:
             "this many steps (gymnasium's TimeLimit); none: the id's registered limit"
         ),
     )
+    bootstrap_truncated: bool = field(
+        default=True,
+        metadata=_help(
+            "bootstrap from the value of the state reached when an episode is truncated "
+            "(a time limit); false: a truncation ends the return like a terminal, as CleanRL's "
+            "ppo.py and gymnax's envs do. Training envs only: evaluation returns do not "
+            "depend on it"
+        ),
+    )
     total_frames: int = field(
         default=100_000, metadata=_help("environment frames to train for, over all ranks")
     )
@@ -201,16 +210,20 @@ class TrainConfig:
         """Extra :func:`rlkit.envs.make_env` arguments for the training env (none here)."""
         return {}
 
-    def gym_options(self) -> dict[str, Any]:
+    def gym_options(self, *, evaluation: bool = False) -> dict[str, Any]:
         """``--env-kwargs`` and ``--max-episode-steps`` as :func:`rlkit.envs.make_env`
         arguments (``env_kwargs``, ``max_episode_steps``), for every env a run builds:
-        training, collector workers and evaluation. Empty when neither is set."""
+        training, collector workers and evaluation; and, for the training envs only
+        (``evaluation`` false), ``--bootstrap-truncated false`` (``bootstrap_truncated``).
+        Empty when none is set."""
         options: dict[str, Any] = {}
         kwargs = parse_env_kwargs(self.env_kwargs)
         if kwargs:
             options["env_kwargs"] = kwargs
         if self.max_episode_steps is not None:
             options["max_episode_steps"] = self.max_episode_steps
+        if not self.bootstrap_truncated and not evaluation:
+            options["bootstrap_truncated"] = False
         return options
 
     def worker_seeds(self, seed: int) -> list[int] | None:

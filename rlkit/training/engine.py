@@ -316,7 +316,7 @@ def _run_evaluator(cfg: TrainConfig, device):
         device=device,
         deterministic=cfg.eval_deterministic,
         max_steps=cfg.eval_max_steps,
-        **cfg.gym_options(),
+        **cfg.gym_options(evaluation=True),
     )
 
 
@@ -335,7 +335,7 @@ def _try_video(
             run_dir / name,
             deterministic=cfg.eval_deterministic,
             device=device,  # the policy's (SAC's collection policy registers no parameters)
-            **cfg.gym_options(),
+            **cfg.gym_options(evaluation=True),
         )
     except Exception as err:
         text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
