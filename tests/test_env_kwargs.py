@@ -128,3 +128,70 @@ def test_eval_only_applies_the_typed_kwargs_and_a_resume_keeps_the_runs(tmp_path
 def test_an_argument_the_env_does_not_take_names_it(tmp_path):
     with pytest.raises(ValueError, match=r"does not take the argument\(s\) \['sutton_barto'\]"):
         _train("ppo", tmp_path, *FAST, "--total-frames", "256", "--env-kwargs", "sutton_barto=1")
+
+
+# --bootstrap-truncated false ------------------------------------------------------------------
+
+
+def _gae_of_a_time_limited_rollout(bootstrap_truncated):
+    """MountainCar-v0 (-1 per step, no goal within 5 steps) cut at 5 steps, 12 steps of one
+    env, every state valued 1: GAE with lambda 1 is then the return minus 1."""
+    import torch
+
+    from rlkit import keys
+    from rlkit.envs import make_env
+    from rlkit.value import GAE
+
+    env = make_env(
+        "MountainCar-v0",
+        num_envs=1,
+        seed=0,
+        max_episode_steps=5,
+        bootstrap_truncated=bootstrap_truncated,
+    )
+    td = env.rollout(12, break_when_any_done=False)
+    td[keys.STATE_VALUE] = torch.ones(1, 12, 1)
+    td[keys.NEXT_STATE_VALUE] = torch.ones(1, 12, 1)
+    GAE(gamma=0.9, lmbda=1.0)(td)
+    return td, td[keys.ADVANTAGE].flatten().tolist()
+
+
+@pytest.mark.parametrize("bootstrap_truncated", [True, False])
+def test_a_truncation_bootstraps_unless_told_not_to(bootstrap_truncated):
+    td, adv = _gae_of_a_time_limited_rollout(bootstrap_truncated)
+    truncated = td["next", "truncated"].flatten().tolist()
+    terminated = td["next", "terminated"].flatten().tolist()
+    assert [i for i, t in enumerate(truncated) if t] == [4, 9]
+    assert terminated == [(not bootstrap_truncated) and t for t in truncated]
+    # hand-written returns: -1 per step to the episode's end (steps 0-4, 5-9), then
+    # gamma^k x V = 0.9^k when the truncation bootstraps; the batch's last two steps always
+    # bootstrap from the batch's end
+    for t in range(12):
+        end = 5 if t < 5 else 10 if t < 10 else 12
+        k = end - t
+        ret = -sum(0.9**i for i in range(k))
+        if bootstrap_truncated or end == 12:
+            ret += 0.9**k
+        assert adv[t] == pytest.approx(ret - 1.0, abs=1e-5), t
+
+
+def test_only_the_training_envs_treat_truncation_as_terminal(tmp_path):
+    from rlkit.configs.ppo import PPOConfig
+
+    cfg = PPOConfig(bootstrap_truncated=False, max_episode_steps=9)
+    assert cfg.gym_options() == {"max_episode_steps": 9, "bootstrap_truncated": False}
+    assert cfg.gym_options(evaluation=True) == {"max_episode_steps": 9}
+    assert PPOConfig().gym_options() == {}
+    # a run, a population and IMPALA's collector workers build their envs with it: the time
+    # limit still ends every episode at 37 steps
+    args = [*FAST, "--env", "MountainCar-v0", "--total-frames", "512", "--eval-every", "256"]
+    args += ["--max-episode-steps", "37", "--bootstrap-truncated", "false"]
+    for algo, extra in (
+        ("ppo", []),
+        ("ppo", ["--population", "2"]),
+        ("impala", ["--workers", "2"]),
+    ):
+        name = f"{algo}{len(extra)}"
+        _, rows, evals = _train(algo, tmp_path, *args, *extra, name=name)
+        assert _returns(rows) == {-37.0}, name
+        assert {float(r["return_mean"]) for r in evals} == {-37.0}, name

@@ -6,6 +6,7 @@ MinAtar and ALE ids are registered on first use (:mod:`rlkit.envs.suites`).
 
 from rlkit.envs import sparse  # noqa: F401  (registers rlkit/MountainCarSparse-v0)
 from rlkit.envs.make import (
+    TruncationAsTermination,
     check_same_spaces,
     get_obs_norm,
     get_reward_norm,
@@ -15,6 +16,7 @@ from rlkit.envs.make import (
 )
 
 __all__ = [
+    "TruncationAsTermination",
     "check_same_spaces",
     "get_obs_norm",
     "get_reward_norm",

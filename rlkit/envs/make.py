@@ -45,13 +45,13 @@ from rlkit.envs.suites import register_suite, suite_make_kwargs, suite_of, suite
 from rlkit.modules.normalization import ObservationNorm, RewardNorm
 
 __all__ = [
+    "TruncationAsTermination",
     "check_same_spaces",
     "get_obs_norm",
     "get_reward_norm",
     "make_env",
     "make_eval_env",
     "reseed",
-    "TruncationAsTermination",
 ]
 
 GymWrapperFn = Callable[[gymnasium.Env], gymnasium.Env]
