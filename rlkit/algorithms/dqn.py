@@ -33,7 +33,7 @@ from rlkit.configs.dqn import (  # noqa: F401 (the schedule's names re-exported)
 from rlkit.modules import q_critic_discrete
 from rlkit.modules.builders import check_mlp_observation
 from rlkit.modules.critics import action_kind, observation_features
-from rlkit.modules.networks import make_encoder
+from rlkit.modules.networks import make_encoder, reinit_
 from rlkit.modules.policies import GreedyQPolicy
 from rlkit.objectives import DQNLoss
 from rlkit.objectives.dqn import TD_ERROR
@@ -119,11 +119,7 @@ def q_network(
         shape = tuple(env.observation_spec[keys.OBSERVATION].shape[len(env.batch_size) :])
         backbone, width = make_encoder(encoder, shape, feature_dim=feature_dim)
     q = q_critic_discrete(width, info.size, hidden=hidden, activation=activation, backbone=backbone)
-    if init == "torch":
-        for layer in q.modules():
-            if isinstance(layer, nn.Linear | nn.Conv2d):
-                layer.reset_parameters()
-    return q
+    return reinit_(q, init)
 
 
 # 2-4. network, loss, learner ----------------------------------------------------------------
