@@ -469,3 +469,38 @@ def test_members_are_evaluated_at_once_as_one_by_one(max_steps):
     assert report._evaluate_members(evaluator) == one_by_one
     assert report._evaluator is not None  # the vectorised path was taken
     assert len({mean for mean, _ in one_by_one}) > 1  # the members differ
+
+
+def test_gymnax_init_and_terminal_time_limits_members_match_standalone_runs(tmp_path):
+    """--init gymnax (each member's networks drawn from its own seed) and
+    --bootstrap-truncated false with a 20-step limit (every member's envs report terminals at
+    the limit) in a population of two seeds: each member ends where its standalone run ends,
+    and the two differ from each other and from the orthogonal, bootstrapping run."""
+    from rlkit.algorithms import ppo
+
+    flags = [*FLAGS, "--eval-every", "0", "--max-episode-steps", "20"]
+    flags += ["--init", "gymnax", "--bootstrap-truncated", "false"]
+    ppo.main([*flags, "--population", "2", "--run-dir", str(tmp_path / "pop")])
+    pop = _modules(tmp_path / "pop")
+    for i in range(2):
+        ppo.main([*flags, "--seed", str(i), "--run-dir", str(tmp_path / f"solo{i}")])
+        solo = _modules(tmp_path / f"solo{i}")
+        for name, state in solo.items():
+            for k, v in state.items():
+                got = pop[f"member{i}.{name}"][k]
+                assert (got.double() - v.double()).abs().max().item() < 1e-5, (i, name, k)
+    ppo.main(
+        [
+            *FLAGS,
+            "--eval-every",
+            "0",
+            "--max-episode-steps",
+            "20",
+            "--run-dir",
+            str(tmp_path / "plain"),
+        ]
+    )
+    plain, solo1 = _modules(tmp_path / "plain"), _modules(tmp_path / "solo1")
+    solo0 = _modules(tmp_path / "solo0")
+    for other in (plain, solo1):
+        assert any(not torch.equal(solo0["actor"][k], other["actor"][k]) for k in solo0["actor"])
