@@ -57,6 +57,10 @@ def test_torch_is_pytorchs_default_from_the_same_seed():
 
 
 def test_orthogonal_leaves_the_builders_weights_and_unknown_names_are_refused():
+    from rlkit.configs.onpolicy import NETWORK_INITS
+    from rlkit.modules.networks import INITS
+
+    assert NETWORK_INITS == INITS  # the torch-free flag's choices are the schemes
     net = nn.Linear(3, 3)
     before = net.weight.detach().clone()
     assert reinit_(net, "orthogonal") is net

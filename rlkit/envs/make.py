@@ -309,7 +309,7 @@ def make_env(
         max_episode_steps=max_episode_steps,
         render_mode=render_mode,
         env_kwargs=env_kwargs,
-        wrappers=[*wrappers] if bootstrap_truncated else [*wrappers, TruncationAsTermination],
+        wrappers=wrappers if bootstrap_truncated else [*wrappers, TruncationAsTermination],
         evaluation=evaluation,
     )
     try:

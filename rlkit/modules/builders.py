@@ -10,7 +10,7 @@ from torch import nn
 from rlkit import keys
 from rlkit.modules.actors import make_actor
 from rlkit.modules.critics import make_value
-from rlkit.modules.networks import INITS, make_encoder, reinit_
+from rlkit.modules.networks import make_encoder, reinit_
 from rlkit.modules.normalization import Normalize, RunningMeanStd
 
 __all__ = ["actor_critic_networks", "check_mlp_observation", "gaussian_kwargs", "obs_shape"]
@@ -74,8 +74,6 @@ def actor_critic_networks(
     ``init``: ``"orthogonal"`` (the builders' own), ``"torch"`` or ``"gymnax"``, applied to
     every layer of both networks afterwards (:func:`~rlkit.modules.networks.reinit_`).
     """
-    if init not in INITS:  # before any layer is built, so a typo costs nothing
-        raise ValueError(f"unknown initialisation {init!r}: use one of {', '.join(INITS)}")
     actor, critic, obs_norm = _actor_critic(
         env,
         hidden=hidden,
