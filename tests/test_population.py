@@ -392,6 +392,40 @@ def test_vtrace_population_needs_synchronous_collection(capsys, algo):
     assert "--population / --sweep needs --sync-collect true" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "algo, sweep",
+    [
+        ("ppo", "bootstrap_truncated=true,false"),
+        ("ppo", "normalize_reward=true,false"),  # ppo's reward normaliser is in the env
+        ("a2c", "bootstrap_truncated=false,true"),
+    ],
+)
+def test_sweep_of_a_shared_env_setting_is_refused(capsys, algo, sweep):
+    """The members share one training env built with one value of these settings: a sweep
+    over them would train every member with the base value under different labels."""
+    name = sweep.split("=")[0]
+    with pytest.raises(SystemExit):
+        load(algo).main(["--sweep", "lr=1e-3,3e-4", "--sweep", sweep, "--progress", "false"])
+    err = capsys.readouterr().err
+    assert f"--sweep {name}: the members share one training env" in err
+    assert "--" + name.replace("_", "-") in err
+
+
+def test_sweeps_the_members_apply_themselves_are_accepted():
+    """gamma (each member's reward normaliser has its own) and IMPALA's reward
+    normalisation (applied by each member's learner, not the env) may be swept."""
+    from rlkit.configs.impala import IMPALAConfig
+    from rlkit.configs.ppo import PPOConfig
+
+    cfg = PPOConfig(sweep=("gamma=0.9,0.99",), normalize_reward=True)
+    assert cfg.population_members()[1][1] == {"gamma": 0.99}
+    cfg = IMPALAConfig(sweep=("normalize_reward=true,false",), sync_collect=True)
+    assert [s for _, s in cfg.population_members()] == [
+        {"normalize_reward": True},
+        {"normalize_reward": False},
+    ]
+
+
 NORMS = [
     "--normalize-obs", "true", "--normalize-reward", "true",
     "--running-advantage-norm", "true", "--normalize-advantage", "false",

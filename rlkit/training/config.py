@@ -378,8 +378,27 @@ def _check_population(cfg: Any) -> None:
             f"--population {cfg.population} does not match the sweep: {len(grid)} settings x "
             f"--population-seeds {cfg.population_seeds} = {size} members; drop --population"
         )
+    single = dict(sweep=None, population=1, population_seeds=1)
     for combo in grid:  # each member's settings must be a valid config on their own
-        dataclasses.replace(cfg, sweep=None, population=1, population_seeds=1, **dict(combo))
+        dataclasses.replace(cfg, **single, **dict(combo))
+    # the members share one training env (rlkit.training.population.make_population_env),
+    # built from the base settings: a value that would change it would be silently dropped
+    shared = _env_settings(cfg)
+    for name, value in {pair for combo in grid for pair in combo}:
+        if _env_settings(dataclasses.replace(cfg, **single, **{name: value})) != shared:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(
+                f"--sweep {name}: the members share one training env, built with one value "
+                f"of {flag}; train each value as its own run (or population)"
+            )
+
+
+def _env_settings(cfg: Any) -> dict[str, Any]:
+    """What a population's shared training env is built from; ``gamma`` (the reward
+    normaliser's discount) is set per member."""
+    options = {**cfg.env_options(), **cfg.gym_options()}
+    options.pop("gamma", None)
+    return options
 
 
 def _positive(cfg: Any, *names: str) -> None:
