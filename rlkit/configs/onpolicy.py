@@ -336,8 +336,8 @@ class InitConfig:
         metadata=_help(
             "weight initialisation of the actor and critic (not the intrinsic-reward "
             "networks of RND or --intrinsic, which keep their own): orthogonal (CleanRL's and "
-            "SB3's: gain sqrt 2 on hidden layers, 0.01 on the policy head, 1 on the value head, zero "
-            "biases), torch (PyTorch's default, SB3's ortho_init=False) or gymnax "
+            "SB3's: gain sqrt 2 on hidden layers, 0.01 on the policy head, 1 on the value "
+            "head, zero biases), torch (PyTorch's default, SB3's ortho_init=False) or gymnax "
             "(gymnax-blines': flax's LeCun-normal weights on every layer, biases uniform in "
             "[0, 0.05))",
             choices=NETWORK_INITS,
