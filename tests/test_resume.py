@@ -215,3 +215,31 @@ def test_checkpoints_keep_their_structure_and_state_dict_metadata_through_to_cpu
     fresh.load_state_dict(back["modules"]["net"])
     for a, b in zip(fresh.state_dict().values(), state.values(), strict=True):
         assert torch.equal(a, b)
+
+
+def test_a_setting_newer_than_the_checkpoint_resumes_at_its_default(
+    killed_run, monkeypatch, capsys
+):
+    """A checkpoint written before a setting existed trained with that setting's default:
+    a resume keeps it (whatever a preset now says) and refuses a typed change of it."""
+    from rlkit.training import checkpoint as ckpt
+
+    last = killed_run / "checkpoints" / "last.pt"
+    payload = ckpt.load(last)
+    for name in ("bootstrap_truncated", "init"):  # as a checkpoint from before both flags
+        del payload["config"][name]
+    ckpt.atomic_save(payload, last)
+    code, lines = _cli(
+        monkeypatch,
+        capsys,
+        "ppo",
+        ["--resume", "last", "--run-dir", str(killed_run), "--bootstrap-truncated", "false"],
+    )
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("error: --bootstrap-truncated False would change the resumed run")
+    assert "which has True" in lines[0]
+    # without the flag it resumes, with the defaults of the settings it did not name
+    summary = load("ppo").main(["--resume", "last", "--run-dir", str(killed_run), *QUIET])
+    assert summary["frames"] == 256
+    assert summary["config"]["bootstrap_truncated"] is True
+    assert summary["config"]["init"] == "orthogonal"

@@ -23,7 +23,7 @@ import re
 import sys
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -659,6 +659,30 @@ def stored_fields(stored: Mapping[str, Any], cls: type) -> dict[str, Any]:
     return _as_field_types({k: v for k, v in stored.items() if k in names}, cls)
 
 
+def _resumed_config(path: str | Path, cls: type) -> dict[str, Any]:
+    """The settings a resumed run keeps: the checkpoint's (:func:`_stored_config`), and for a
+    setting it does not name, added after it was written, that setting's default: the run
+    trained with it (a new setting's default keeps the old behaviour), not with what a
+    preset would give it now."""
+    stored = _stored_config(path, cls)
+    if not stored:  # unreadable: the engine names the problem with the file
+        return stored
+    return {**_defaults(cls, exclude=RESUME_SAFE | stored.keys()), **stored}
+
+
+def _defaults(cls: type, *, exclude: Collection[str] = ()) -> dict[str, Any]:
+    """``cls``'s default values, but for the fields in ``exclude``."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.name in exclude:
+            continue
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return out
+
+
 def _same(a: Any, b: Any) -> bool:
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
@@ -739,7 +763,7 @@ def parse_config(
             path = resume_checkpoint_path(typed["resume"], typed.get("run_dir"))
         except ValueError as err:
             parser.error(str(err))
-        stored = _stored_config(path, cls)
+        stored = _resumed_config(path, cls)
         try:
             _refuse_changes(typed, stored, path)
         except ValueError as err:
