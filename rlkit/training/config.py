@@ -378,14 +378,17 @@ def _check_population(cfg: Any) -> None:
             f"--population {cfg.population} does not match the sweep: {len(grid)} settings x "
             f"--population-seeds {cfg.population_seeds} = {size} members; drop --population"
         )
-    single = dict(sweep=None, population=1, population_seeds=1)
-    for combo in grid:  # each member's settings must be a valid config on their own
-        dataclasses.replace(cfg, **single, **dict(combo))
     # the members share one training env (rlkit.training.population.make_population_env),
     # built from the base settings: a value that would change it would be silently dropped
     shared = _env_settings(cfg)
-    for name, value in {pair for combo in grid for pair in combo}:
-        if _env_settings(dataclasses.replace(cfg, **single, **{name: value})) != shared:
+    for combo in grid:  # each member's settings must be a valid config on their own
+        member = dataclasses.replace(
+            cfg, sweep=None, population=1, population_seeds=1, **dict(combo)
+        )
+        own = _env_settings(member)
+        if own != shared:
+            differ = {k for k in shared.keys() | own.keys() if shared.get(k) != own.get(k)}
+            name = next((n for n, _ in combo if n in differ), combo[0][0])
             flag = "--" + name.replace("_", "-")
             raise ValueError(
                 f"--sweep {name}: the members share one training env, built with one value "
