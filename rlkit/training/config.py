@@ -380,12 +380,12 @@ def _check_population(cfg: Any) -> None:
         )
     # the members share one training env (rlkit.training.population.make_population_env),
     # built from the base settings: a value that would change it would be silently dropped
-    shared = _env_settings(cfg)
+    shared = population_env_options(cfg)
     for combo in grid:  # each member's settings must be a valid config on their own
         member = dataclasses.replace(
             cfg, sweep=None, population=1, population_seeds=1, **dict(combo)
         )
-        own = _env_settings(member)
+        own = population_env_options(member)
         if own != shared:
             differ = {k for k in shared.keys() | own.keys() if shared.get(k) != own.get(k)}
             name = next((n for n, _ in combo if n in differ), combo[0][0])
@@ -396,9 +396,11 @@ def _check_population(cfg: Any) -> None:
             )
 
 
-def _env_settings(cfg: Any) -> dict[str, Any]:
-    """What a population's shared training env is built from; ``gamma`` (the reward
-    normaliser's discount) is set per member."""
+def population_env_options(cfg: Any) -> dict[str, Any]:
+    """What a population's one shared training env is built from
+    (:func:`rlkit.training.population.make_population_env`): the training env's
+    :func:`rlkit.envs.make_env` options, without ``gamma`` (the reward normaliser's
+    discount), which is set per member."""
     options = {**cfg.env_options(), **cfg.gym_options()}
     options.pop("gamma", None)
     return options

@@ -52,6 +52,7 @@ from torch import nn
 from torch.optim.adam import adam as adam_step
 
 from rlkit.modules import direct
+from rlkit.training.config import population_env_options
 from rlkit.training.errors import NonFiniteError
 from rlkit.training.learner import Context, Learner, episode_stats
 from rlkit.training.stats import bootstrap_ci, iqm  # noqa: F401 (re-exported)
@@ -851,9 +852,8 @@ def make_population_env(cfg, make_env, *, rank: int = 0, world_size: int = 1):
     from rlkit.modules import PopulationRewardNorm
 
     _, members = rank_members(cfg, rank, world_size)
-    options = {**cfg.env_options(), **cfg.gym_options()}
+    options = population_env_options(cfg)  # what --sweep may not vary (training/config.py)
     normalize_reward = options.pop("normalize_reward", False)
-    options.pop("gamma", None)
     env = make_env(
         cfg.env,
         num_envs=cfg.num_envs * len(members),
