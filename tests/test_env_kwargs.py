@@ -195,3 +195,18 @@ def test_only_the_training_envs_treat_truncation_as_terminal(tmp_path):
         _, rows, evals = _train(algo, tmp_path, *args, *extra, name=name)
         assert _returns(rows) == {-37.0}, name
         assert {float(r["return_mean"]) for r in evals} == {-37.0}, name
+
+
+def test_a_terminal_time_limit_on_minatar_needs_a_time_limit():
+    """MinAtar's ids have no time limit: ``--bootstrap-truncated false`` alone would change
+    nothing, so it is refused with the fix; with ``--max-episode-steps`` it is accepted."""
+    from rlkit.configs.ppo import PPOConfig
+
+    with pytest.raises(ValueError, match=r"nothing to act on.*--max-episode-steps N"):
+        PPOConfig(env="MinAtar/Breakout-v1", bootstrap_truncated=False)
+    cfg = PPOConfig(env="MinAtar/Breakout-v1", bootstrap_truncated=False, max_episode_steps=1000)
+    assert cfg.gym_options() == {"max_episode_steps": 1000, "bootstrap_truncated": False}
+    # an id with a registered limit needs no flag
+    assert PPOConfig(env="CartPole-v1", bootstrap_truncated=False).gym_options() == {
+        "bootstrap_truncated": False
+    }

@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from rlkit.configs.suites import preset_for
+from rlkit.configs.suites import preset_for, suite_key
 
 
 def _help(text: str, **kw: Any) -> dict[str, Any]:
@@ -240,6 +240,16 @@ class TrainConfig:
         _positive(self, "total_frames", "num_envs", "eval_episodes", "num_nodes", "threads")
         _positive(self, "log_every", "eval_max_steps", "max_episode_steps")
         parse_env_kwargs(self.env_kwargs)  # refuses a malformed KEY=VALUE here, at parse time
+        if (
+            not self.bootstrap_truncated
+            and self.max_episode_steps is None
+            and suite_key(self.env) == "MinAtar/*"
+        ):
+            raise ValueError(
+                f"--bootstrap-truncated false has nothing to act on: {self.env} has no time "
+                "limit, so no episode is truncated; add --max-episode-steps N (gymnax's "
+                "protocol: 1000) or drop the flag"
+            )
         _non_negative(self, "eval_every", "checkpoint_every", "seed", "video_every")
         if self.target_return is not None and not math.isfinite(self.target_return):
             raise ValueError(
