@@ -240,16 +240,7 @@ class TrainConfig:
         _positive(self, "total_frames", "num_envs", "eval_episodes", "num_nodes", "threads")
         _positive(self, "log_every", "eval_max_steps", "max_episode_steps")
         parse_env_kwargs(self.env_kwargs)  # refuses a malformed KEY=VALUE here, at parse time
-        if (
-            not self.bootstrap_truncated
-            and self.max_episode_steps is None
-            and suite_key(self.env) == "MinAtar/*"
-        ):
-            raise ValueError(
-                f"--bootstrap-truncated false has nothing to act on: {self.env} has no time "
-                "limit, so no episode is truncated; add --max-episode-steps N (gymnax's "
-                "protocol: 1000) or drop the flag"
-            )
+        _check_truncation_setting(self)
         _non_negative(self, "eval_every", "checkpoint_every", "seed", "video_every")
         if self.target_return is not None and not math.isfinite(self.target_return):
             raise ValueError(
@@ -370,6 +361,21 @@ def _sweep_grid(cfg: Any) -> list[tuple[tuple[str, Any], ...]]:
         except (ValueError, argparse.ArgumentTypeError) as err:
             raise ValueError(f"--sweep {entry!r}: {err}") from None
     return [tuple(combo) for combo in itertools.product(*axes)]
+
+
+def _check_truncation_setting(cfg: Any) -> None:
+    """``--bootstrap-truncated false`` needs an env that truncates: MinAtar's ids have no
+    time limit, so there it needs ``--max-episode-steps``."""
+    if (
+        not cfg.bootstrap_truncated
+        and cfg.max_episode_steps is None
+        and suite_key(cfg.env) == "MinAtar/*"
+    ):
+        raise ValueError(
+            f"--bootstrap-truncated false has nothing to act on: {cfg.env} has no time "
+            "limit, so no episode is truncated; add --max-episode-steps N (gymnax's "
+            "protocol: 1000) or drop the flag"
+        )
 
 
 def _check_population(cfg: Any) -> None:
