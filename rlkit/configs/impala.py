@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rlkit.configs import ppo
 from rlkit.configs.encoders import EncoderConfig
 from rlkit.configs.onpolicy import InitConfig, PolicyGradientConfig
 from rlkit.configs.suites import MINATAR_PPO
@@ -153,27 +154,33 @@ PRESETS: dict[str, dict] = {
         target_return=None,
     ),
 }
-# MountainCar (docs/recipes/impala.md, "Results"): the settings of PPO's MountainCar baseline
-# (benchmarks/results/learning_ppo_MountainCar-v0.md): 32 envs x 128 steps, 4 epochs of
-# 1,024-frame minibatches at lr 3e-4, gamma 0.999, entropy 0.001, observation and reward
-# normalisation, the advantage standardised; V-trace lambda 0.95, synchronous collection.
-# Every seed 0-9 reaches the goal by 57k frames on both tasks; MountainCarContinuous-v0 passes
-# its published solve (90), MountainCar-v0 settles near -140 (its solve is -110)
-_MOUNTAIN_CAR = dict(
+# MountainCar (docs/recipes/impala.md, "Results"): PPO's MountainCar-v0 preset, itself RND's
+# baseline (rlkit.configs.ppo; benchmarks/results/learning_ppo_MountainCar-v0.md): 32 envs x
+# 128 steps, 4 epochs of 1,024-frame minibatches at lr 3e-4, gamma 0.999, entropy 0.001,
+# observation and reward normalisation; with GAE's lambda as V-trace's, the advantage
+# standardised, synchronous collection and the 500k budget. Every seed 0-9 reaches the
+# goal by 57k frames on both tasks; MountainCarContinuous-v0 passes its published solve (90),
+# MountainCar-v0 settles near -140 (its solve is -110)
+_PPO_MOUNTAIN_CAR = ppo.PRESETS["MountainCar-v0"]
+_MOUNTAIN_CAR = {
+    name: _PPO_MOUNTAIN_CAR[name]
+    for name in (
+        "num_envs",
+        "rollout_steps",
+        "epochs",
+        "minibatch_size",
+        "lr",
+        "gamma",
+        "entropy_coef",
+        "normalize_obs",
+        "normalize_reward",
+        "target_return",
+    )
+} | dict(
     total_frames=500_000,
-    num_envs=32,
-    rollout_steps=128,
-    epochs=4,
-    minibatch_size=1024,
-    lr=3e-4,
-    gamma=0.999,
-    vtrace_lambda=0.95,
-    entropy_coef=0.001,
-    normalize_obs=True,
-    normalize_reward=True,
+    vtrace_lambda=_PPO_MOUNTAIN_CAR["gae_lambda"],
     normalize_advantage=True,
     sync_collect=True,
-    target_return=None,
 )
 for _task in ("MountainCar-v0", "MountainCarContinuous-v0"):
     PRESETS[_task] = dict(_MOUNTAIN_CAR)
