@@ -13,45 +13,32 @@ from tests.test_engine import load_recipe
 QUIET = ["--progress", "false", "--eval-episodes", "10"]
 
 
-@pytest.mark.slow
-def test_ppo_solves_cartpole(tmp_path):
-    summary = load_recipe("ppo").main(
+def train_to(recipe, tmp_path, *, seed, target, frames, eval_every, env=None):
+    """Train ``recipes/<recipe>.py`` quietly until an evaluation reaches ``target`` or
+    ``frames`` run out; returns the run summary."""
+    flags = ["--env", env] if env else []
+    return load_recipe(recipe).main(
         [
             *QUIET,
-            "--seed",
-            "11",
-            "--target-return",
-            "475",
-            "--total-frames",
-            "60000",
-            "--eval-every",
-            "5000",
-            "--run-dir",
-            str(tmp_path),
+            *flags,
+            *("--seed", str(seed), "--target-return", str(target)),
+            *("--total-frames", str(frames), "--eval-every", str(eval_every)),
+            *("--run-dir", str(tmp_path)),
         ]
     )
+
+
+@pytest.mark.slow
+def test_ppo_solves_cartpole(tmp_path):
+    summary = train_to("ppo", tmp_path, seed=11, target=475, frames=60000, eval_every=5000)
     assert summary["solved"], summary["eval_return_mean"]
     assert summary["eval_return_mean"] >= 475
 
 
 @pytest.mark.slow
 def test_ppo_learns_pendulum(tmp_path):
-    summary = load_recipe("ppo").main(
-        [
-            *QUIET,
-            "--env",
-            "Pendulum-v1",
-            "--seed",
-            "11",
-            "--target-return",
-            "-300",
-            "--total-frames",
-            "102400",
-            "--eval-every",
-            "20480",
-            "--run-dir",
-            str(tmp_path),
-        ]
+    summary = train_to(
+        "ppo", tmp_path, env="Pendulum-v1", seed=11, target=-300, frames=102400, eval_every=20480
     )
     assert summary["solved"], summary["eval_return_mean"]
     assert summary["eval_return_mean"] >= -300  # a random policy scores about -1200
@@ -61,22 +48,14 @@ def test_ppo_learns_pendulum(tmp_path):
 def test_impala_preset_reaches_the_published_solve_of_mountain_car_continuous(tmp_path):
     """The MountainCar preset finds the goal and passes gymnasium's reward_threshold (90),
     which random actions rarely reach (2 of 200 episodes with std-1 Gaussian noise)."""
-    summary = load_recipe("impala").main(
-        [
-            *QUIET,
-            "--env",
-            "MountainCarContinuous-v0",
-            "--seed",
-            "23",
-            "--target-return",
-            "90",
-            "--total-frames",
-            "150000",
-            "--eval-every",
-            "10000",
-            "--run-dir",
-            str(tmp_path),
-        ]
+    summary = train_to(
+        "impala",
+        tmp_path,
+        env="MountainCarContinuous-v0",
+        seed=23,
+        target=90,
+        frames=150000,
+        eval_every=10000,
     )
     assert summary["solved"], summary["eval_return_mean"]
     assert summary["eval_return_mean"] >= 90
@@ -84,21 +63,7 @@ def test_impala_preset_reaches_the_published_solve_of_mountain_car_continuous(tm
 
 @pytest.mark.slow
 def test_a2c_solves_cartpole(tmp_path):
-    summary = load_recipe("a2c").main(
-        [
-            *QUIET,
-            "--seed",
-            "11",
-            "--target-return",
-            "475",
-            "--total-frames",
-            "150000",
-            "--eval-every",
-            "10000",
-            "--run-dir",
-            str(tmp_path),
-        ]
-    )
+    summary = train_to("a2c", tmp_path, seed=11, target=475, frames=150000, eval_every=10000)
     assert summary["solved"], summary["eval_return_mean"]
 
 

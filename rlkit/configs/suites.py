@@ -13,7 +13,14 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["ATARI_PPO", "MINATAR_PPO", "SUITE_NETWORKS", "preset_for", "suite_key"]
+__all__ = [
+    "ATARI_PPO",
+    "MINATAR_PPO",
+    "SUITE_NETWORKS",
+    "UNTIMED_SUITES",
+    "preset_for",
+    "suite_key",
+]
 
 #: the network of each suite: MinAtar's (Young & Tian 2019: one 16-filter 3x3 conv, 128
 #: units) and the Nature CNN (Mnih et al. 2015: 512 units), with the policy and value heads
@@ -22,6 +29,11 @@ SUITE_NETWORKS: dict[str, dict[str, Any]] = {
     "MinAtar/*": dict(encoder="minatar", hidden=(), target_return=None),
     "ALE/*": dict(encoder="nature", hidden=(), target_return=None),
 }
+
+#: the suites whose ids never truncate an episode unless ``--max-episode-steps`` sets a time
+#: limit: MinAtar registers none (gymnax's ports cut at 1,000 steps). ALE's ids are not here:
+#: they truncate at their own frame cap without a ``TimeLimit``
+UNTIMED_SUITES: frozenset[str] = frozenset({"MinAtar/*"})
 
 #: PPO on MinAtar: gymnax-blines' MinAtar PPO config (``agents/<Game>-MinAtar/ppo.yaml`` and
 #: ``utils/ppo.py``, the source of gymnax's published PPO returns: Breakout 28, SpaceInvaders

@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from rlkit.configs.suites import preset_for, suite_key
+from rlkit.configs.suites import UNTIMED_SUITES, preset_for, suite_key
 
 
 def _help(text: str, **kw: Any) -> dict[str, Any]:
@@ -364,12 +364,12 @@ def _sweep_grid(cfg: Any) -> list[tuple[tuple[str, Any], ...]]:
 
 
 def _check_truncation_setting(cfg: Any) -> None:
-    """``--bootstrap-truncated false`` needs an env that truncates: MinAtar's ids have no
-    time limit, so there it needs ``--max-episode-steps``."""
+    """``--bootstrap-truncated false`` needs an env that truncates: an id of an
+    :data:`~rlkit.configs.suites.UNTIMED_SUITES` suite needs ``--max-episode-steps``."""
     if (
         not cfg.bootstrap_truncated
         and cfg.max_episode_steps is None
-        and suite_key(cfg.env) == "MinAtar/*"
+        and suite_key(cfg.env) in UNTIMED_SUITES
     ):
         raise ValueError(
             f"--bootstrap-truncated false has nothing to act on: {cfg.env} has no time "
