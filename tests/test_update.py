@@ -124,6 +124,81 @@ def test_a_term_that_reaches_none_of_its_groups_parameters_raises():
         update_loop(groups, _data(), _ctx())
 
 
+@pytest.mark.parametrize(
+    "term",
+    [
+        lambda m: torch.tensor(3.0),  # a constant (not 0: a switched-off term)
+        lambda m: ((m.a - 1) ** 2).sum().detach(),  # from the networks, then detached
+    ],
+    ids=["constant", "detached"],
+)
+def test_a_term_without_a_graph_is_refused_not_skipped(term):
+    """A claimed loss_* term with no gradient reaches none of the group's parameters by
+    construction: refused like a term wired to the wrong group (it was skipped silently)."""
+    loss = _Quadratic(extra={"loss_const": term})
+    groups = [LossGroup("ab", loss, _sgd([loss.a, loss.b]))]
+    with pytest.raises(LossContractError, match="'loss_const'.*no gradient"):
+        update_loop(groups, _data(), _ctx())
+
+
+def test_a_nan_term_without_a_graph_stops_the_update_naming_the_term():
+    """A NaN loss_* term adds nothing to the gradient (its gradient is 0), so a check of the
+    gradient alone lets it through every step; the loss value is checked too. The term here
+    has a graph that does not depend on the parameters' values (0 * a + nan), so the claim
+    check passes and the finiteness check is the one that must fire."""
+    from rlkit.training.errors import NonFiniteError
+
+    loss = _Quadratic(extra={"loss_nan": lambda m: 0.0 * m.a.sum() + float("nan")})
+    before = loss.a.detach().clone()
+    groups = [LossGroup("ab", loss, _sgd([loss.a, loss.b]))]
+    with pytest.raises(NonFiniteError, match=r"loss_nan=nan"):
+        update_loop(groups, _data(), _ctx())
+    assert torch.equal(loss.a.detach(), before)  # nothing stepped
+
+
+def _ppo_with(term):
+    class PPOWithTerm(PPOLoss):
+        def forward(self, td):
+            out = super().forward(td)
+            out.set("loss_extra", term(out))
+            return out
+
+    return PPOWithTerm
+
+
+@pytest.mark.parametrize(
+    ("term", "status", "message"),
+    [
+        # torch's Categorical.mean is NaN: a real mistake, a NaN term without a graph
+        (
+            lambda out: torch.distributions.Categorical(probs=torch.ones(2)).mean,
+            3,
+            "loss_extra=nan: training stopped; no checkpoint had been written yet. loss_extra "
+            "has no graph",
+        ),
+        (lambda out: torch.tensor(0.5), 2, "'loss_extra' of PPOWithTerm has no gradient"),
+    ],
+    ids=["nan", "constant"],
+)
+def test_a_recipe_stops_on_a_term_without_a_graph_in_one_line(
+    term, status, message, monkeypatch, capsys, tmp_path
+):
+    """Through a recipe: a NaN term without a graph exits 3 (it ran to the end with exit 0 and
+    nan in every metrics row), a constant term is refused (exit 2), each in one line."""
+    from rlkit.algorithms import ppo
+    from rlkit.training.cli import cli, parse
+
+    monkeypatch.setattr(ppo, "PPOLoss", _ppo_with(term))
+    argv = ["--total-frames", "512", "--eval-every", "0", "--progress", "false"]
+    argv += ["--run-dir", str(tmp_path / "run")]
+    with pytest.raises(SystemExit) as stop:
+        cli(lambda _: ppo.train(parse("ppo", argv)))
+    assert stop.value.code == status
+    err = capsys.readouterr().err.strip().splitlines()
+    errors = [line for line in err if line.startswith("error: ")]
+    assert len(errors) == 1 and errors[0] == err[-1] and message in err[-1], err
+
+
 def test_two_groups_may_not_step_one_parameter():
     loss = _Quadratic()
     groups = [

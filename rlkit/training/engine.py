@@ -646,10 +646,8 @@ class Engine:
                 if last.exists()
                 else ("no checkpoint had been written yet")
             )
-            raise NonFiniteError(
-                f"{err}: training stopped; {kept}. Lower the learning rate or clip gradients "
-                "(--max-grad-norm)"
-            ) from None
+            advice = err.advice or "Lower the learning rate or clip gradients (--max-grad-norm)"
+            raise NonFiniteError(f"{err}: training stopped; {kept}. {advice}") from None
 
     def _loop(self, s: _LoopState, ctx: Context, collector, stop: StopRequest) -> None:
         cfg, counters, world = self.cfg, s.counters, s.fabric.world_size

@@ -16,7 +16,15 @@ class CheckpointError(ValueError):
 
 
 class NonFiniteError(FloatingPointError):
-    """A loss or gradient became NaN or inf; training stopped before any checkpoint."""
+    """A loss or gradient became NaN or inf; training stopped before any checkpoint.
+
+    ``advice`` is the fix the message ends with (the engine's default: lower the learning rate
+    or clip gradients; a loss term that is NaN on its own, without a graph, needs its loss
+    fixed instead)."""
+
+    def __init__(self, message: str = "", *, advice: str | None = None) -> None:
+        super().__init__(message)
+        self.advice = advice
 
 
 class CheckpointWriteError(OSError):

@@ -131,28 +131,6 @@ class Context:
             return tensor
         return self.fabric.all_gather(tensor.to(self.device))
 
-    def optimize(
-        self,
-        loss: torch.Tensor,
-        optimizer: torch.optim.Optimizer,
-        *,
-        max_grad_norm: float | None = None,
-        transform_grads: Callable[[], None] | None = None,
-    ) -> float:
-        """Backward of ``loss`` into ``optimizer``'s parameters, then :meth:`step_optimizer`.
-
-        Learners use :func:`rlkit.training.update.update_loop`; this is the one-loss form.
-        """
-        params = self._optimizer_params(optimizer)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward(inputs=params)
-        return self.step_optimizer(
-            optimizer,
-            max_grad_norm=max_grad_norm,
-            transform_grads=transform_grads,
-            loss=loss.detach(),
-        )
-
     def _optimizer_params(self, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
         params = self._params.get(id(optimizer))
         if params is None:
@@ -179,7 +157,11 @@ class Context:
         """
         params = self._optimizer_params(optimizer)
         if self.world_size > 1:
-            self._all_reduce_grads(params)
+            # a non-finite loss on any rank stops every rank: its value rides in the
+            # gradients' all-reduce (a sum, so NaN or inf anywhere is NaN or inf everywhere)
+            total = self._all_reduce_grads(params, extra=loss)
+            if total is not None and not math.isfinite(total):
+                loss = total
         if transform_grads is not None:
             transform_grads()
         if max_grad_norm:
@@ -189,9 +171,13 @@ class Context:
             # exactly 1 after computing this same norm (one multiply per parameter skipped)
             grads = [p.grad for p in params if p.grad is not None]
             norm = torch.nn.utils.get_total_norm(grads, foreach=True)
-        norm_value = float(norm)
-        if not math.isfinite(norm_value):
-            shown = "?" if loss is None else f"{float(loss):.4g}"
+        if isinstance(loss, torch.Tensor):  # one transfer for both (a loss term without a
+            # graph adds nothing to the gradient: its value is checked here or nowhere)
+            norm_value, loss_value = torch.stack((norm.float(), loss.float().to(norm))).tolist()
+        else:
+            norm_value, loss_value = float(norm), (0.0 if loss is None else float(loss))
+        if not (math.isfinite(norm_value) and math.isfinite(loss_value)):
+            shown = "?" if loss is None else f"{loss_value:.4g}"
             raise NonFiniteError(
                 f"non-finite loss or gradient (loss {shown}, gradient norm "
                 f"{norm_value}) at {self.counters.frames:,} frames"
@@ -200,21 +186,30 @@ class Context:
         self.counters.updates += 1
         return norm_value
 
-    def _all_reduce_grads(self, params: list[torch.Tensor]) -> None:
+    def _all_reduce_grads(
+        self, params: list[torch.Tensor], *, extra: torch.Tensor | float | None = None
+    ) -> float | None:
         """Average gradients over ranks in one all-reduce of a flat buffer.
 
         A parameter that no rank reached keeps ``grad = None``, so the optimiser skips it
         exactly as it does on one rank (e.g. an auxiliary head outside its phase); one that
         some rank reached gets the mean over ranks, a rank that did not reach it counting 0.
+        ``extra`` (a scalar, the loss) is summed over the ranks in the same all-reduce and
+        returned (``None`` without one).
         """
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        reached = torch.tensor(
-            [p.grad is not None for p in params], dtype=grads[0].dtype, device=grads[0].device
-        )
-        flat = torch.cat([*(g.reshape(-1) for g in grads), reached])
-        flat = self.fabric.all_reduce(flat, reduce_op="sum")
-        reached = flat[-len(params) :].tolist()
-        flat = flat[: -len(params)] / self.world_size
+        flags = [float(p.grad is not None) for p in params]
+        tail = len(params) + (extra is not None)
+        reached = torch.tensor(flags, dtype=grads[0].dtype, device=grads[0].device)
+        parts = [*(g.reshape(-1) for g in grads), reached]
+        if extra is not None:
+            parts.append(
+                torch.as_tensor(extra, dtype=reached.dtype, device=reached.device).reshape(1)
+            )
+        flat = self.fabric.all_reduce(torch.cat(parts), reduce_op="sum")
+        summed = float(flat[-1]) if extra is not None else None
+        reached = flat[-tail : len(flat) - tail + len(params)].tolist()
+        flat = flat[:-tail] / self.world_size
         offset = 0
         for p, g, used in zip(params, grads, reached):
             n = g.numel()
@@ -225,6 +220,7 @@ class Context:
             else:
                 p.grad.copy_(flat[offset : offset + n].view_as(p))
             offset += n
+        return summed
 
 
 # --------------------------------------------------------------------------- helpers

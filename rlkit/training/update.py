@@ -44,6 +44,7 @@ from torch import nn
 
 from rlkit import keys
 from rlkit.objectives.common import APPROX_KL, MissingKeyError, is_compiled
+from rlkit.training.errors import NonFiniteError
 
 __all__ = [
     "LossContractError",
@@ -414,12 +415,26 @@ def _check_terms(group: LossGroup, names: tuple, groups: Sequence[LossGroup]) ->
 
 
 def _check_reaches(group: LossGroup, out: dict, names: Sequence[str]) -> None:
-    """First step of a group: each claimed term with a graph reaches the group's parameters."""
+    """First step of a group: each claimed term reaches the group's parameters. A term
+    without a graph (a constant, or one computed under ``no_grad`` or from detached tensors)
+    reaches none of them by construction, so it is refused as well, unless it is exactly 0:
+    the kit's losses return a term whose coefficient is 0 (``--entropy-coef 0``) as a constant
+    0, so that its column is logged in every run."""
     params = group.parameters
     for name in names:
         term = out[name]
-        if not term.requires_grad:
-            continue
+        if not (isinstance(term, torch.Tensor) and term.requires_grad):
+            if isinstance(term, torch.Tensor) and not bool(torch.isfinite(term).all()):
+                continue  # the finiteness check of the step stops the run (exit 3), naming it
+            if isinstance(term, torch.Tensor) and not bool(term.detach().ne(0).any()):
+                continue  # exactly 0: a term switched off by its coefficient, logged as such
+            raise LossContractError(
+                f"loss term {name!r} of {type(group.loss).__name__} has no gradient (a "
+                "constant, or computed from detached tensors), so it reaches none of loss "
+                f"group {group.name!r}'s parameters and optimising it would change nothing: "
+                "compute it from the networks' outputs, or rename it without the loss_ prefix "
+                "if it is a diagnostic"
+            )
         grads = torch.autograd.grad(term, params, retain_graph=True, allow_unused=True)
         if all(g is None for g in grads):
             raise LossContractError(
@@ -670,14 +685,46 @@ def _step(
             _merge_scalars(merged, out, weight)
     active = within_target_kl(active, kls, ctx)
     for g in active:
-        merged[g.grad_name] = ctx.step_optimizer(
-            g.optimizer,
-            max_grad_norm=g.max_grad_norm,
-            transform_grads=g.transform_grads,
-            loss=totals[id(g)],
-        )
+        try:
+            merged[g.grad_name] = ctx.step_optimizer(
+                g.optimizer,
+                max_grad_norm=g.max_grad_norm,
+                transform_grads=g.transform_grads,
+                loss=totals[id(g)],
+            )
+        except NonFiniteError as err:
+            raise _name_terms(err, g, outs) from None
     stats.add(merged)
     return active
+
+
+def _name_terms(err: Exception, group: LossGroup, outs: Mapping[int, dict]) -> Exception:
+    """``err`` (a non-finite step of ``group``) with the non-finite ``loss_*`` terms of its
+    loss named, when there are any (the failure path only: no cost per step)."""
+    out = outs.get(id(group.loss), {})
+    bad = [
+        f"{k}={float(v.detach().float().sum()):g}"
+        for k, v in out.items()
+        if isinstance(k, str)
+        and k.startswith("loss_")
+        and isinstance(v, torch.Tensor)
+        and not bool(torch.isfinite(v.detach()).all())
+    ]
+    if not bad:
+        return err
+    constant = [k for k, v in out.items() if k in {b.split("=")[0] for b in bad}]
+    constant = [k for k in constant if not out[k].requires_grad]
+    advice = (
+        f"{', '.join(constant)} has no graph, so no gradient made it non-finite: fix how "
+        f"{type(group.loss).__name__} computes it"
+        if constant
+        else None
+    )
+    return NonFiniteError(
+        f"{err}; non-finite loss terms of {type(group.loss).__name__} (group {group.name!r}): "
+        f"{', '.join(bad)}",
+        advice=advice,
+    )
 
 
 def _add_kls(kls: dict[int, Any], active: Sequence[LossGroup], outs: Mapping, weight: float):
