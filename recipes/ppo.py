@@ -6,7 +6,7 @@ learner and ``train`` in :mod:`rlkit.algorithms.ppo`, importable from any direct
 script only runs them.
 """
 
-from rlkit.training.cli import recipe
+from rlkit.algorithms import recipe
 
 if __name__ == "__main__":
     recipe("ppo")

@@ -11,9 +11,9 @@ from torchrl.data import Bounded, Categorical, Composite, Unbounded
 
 from rlkit import keys
 from rlkit.modules import make_actor, q_critic_continuous, q_critic_discrete
+from rlkit.modules.distributions import tanh_normal_rsample
 from rlkit.objectives import DiscreteSACLoss, MissingKeyError, SACLoss
 from rlkit.objectives.dqn import PRIORITY_WEIGHT
-from rlkit.objectives.sac import tanh_normal_rsample
 
 GAMMA = 0.9
 B, OBS, ACT = 6, 3, 2

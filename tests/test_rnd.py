@@ -11,22 +11,14 @@ import shlex
 
 import pytest
 import torch
-from tensordict import TensorDict
-from tensordict.nn import TensorDictModule
-from torch import nn
-from torchrl.modules import ProbabilisticActor
 
-from rlkit import keys
 from rlkit.algorithms.rnd import RNDConfig
-from rlkit.modules.rnd_networks import twin_value_critic
-from rlkit.objectives import MissingKeyError, PPOLoss
 from rlkit.objectives import rnd as rnd_module
-from rlkit.objectives.rnd import RND, ReturnScaler, RNDPPOLoss
+from rlkit.objectives.rnd import RND, ReturnScaler
 from rlkit.training import checkpoint as ckpt
-from rlkit.value import TwinGAE, non_episodic_gae
+from rlkit.value import non_episodic_gae
+from rlkit.value.functional import continuing_next_value
 from tests.test_subprocess import run_ddp
-
-NEXT_INT_VALUE = (keys.NEXT, keys.INTRINSIC_STATE_VALUE)
 
 
 # --------------------------------------------------------------------------- references
@@ -42,76 +34,39 @@ def textbook_gae(reward, value, next_value, done, terminated, gamma, lmbda):
     return adv
 
 
-def twin_batch(ext_r, int_r, v_ext, v_int, next_v_ext, next_v_int, done, terminated):
-    """A [1, T] TensorDict with both streams' rewards and both heads' values."""
-
-    def col(x, dtype=torch.float32):
-        return torch.tensor(x, dtype=dtype).reshape(1, -1, 1)
-
-    td = TensorDict(
-        {
-            keys.STATE_VALUE: col(v_ext),
-            keys.INTRINSIC_STATE_VALUE: col(v_int),
-            "next": {
-                "reward": col(ext_r),
-                "intrinsic_reward": col(int_r),
-                "state_value": col(next_v_ext),
-                "intrinsic_state_value": col(next_v_int),
-                "done": col(done, torch.bool),
-                "terminated": col(terminated, torch.bool),
-            },
-        },
-        batch_size=[1, len(ext_r)],
-    )
-    return td.refine_names(None, keys.TIME_DIM_NAME)
+# --------------------------------------------------------------------------- intrinsic GAE
+def _intrinsic_gae(int_r, v_int, last_next_v_int, gamma, lmbda):
+    """The intrinsic stream as PolicyGradientLearner.intrinsic_advantage computes it: the
+    next value of step t is V_int of step t + 1 (across episode ends), the last step's the
+    value of its next observation; no done or terminated is read."""
+    col = lambda x: torch.tensor(x, dtype=torch.float32).reshape(1, -1, 1)  # noqa: E731
+    value = col(v_int)
+    next_value = continuing_next_value(value, col([last_next_v_int]))
+    return non_episodic_gae(col(int_r), value, next_value, gamma=gamma, lmbda=lmbda)
 
 
-# --------------------------------------------------------------------------- two-stream GAE
-def test_intrinsic_gae_ignores_dones_while_extrinsic_cuts_at_termination():
-    # termination at t=1: the extrinsic stream stops there, the intrinsic one continues
-    # into the next episode, bootstrapping from V_int of the *following* observation
-    td = twin_batch(
-        ext_r=[1, 1, 1, 1],
-        int_r=[1, 2, 0, 4],
-        v_ext=[0, 0, 0, 0],
-        v_int=[0, 0, 2, 0],
-        next_v_ext=[0, 5, 0, 0],  # 5: the terminal state's value, masked
-        next_v_int=[0, 8, 0, 6],  # 8: V_int at the final observation, not used
-        done=[False, True, False, False],
-        terminated=[False, True, False, False],
-    )
-    TwinGAE(gamma=0.5, gamma_int=0.5, lmbda=1.0)(td)
-    # by hand, gamma 0.5, lambda 1:
-    # ext: A3 = 1, A2 = 1 + .5 A3 = 1.5, A1 = 1 (cut), A0 = 1 + .5 A1 = 1.5
-    assert td[keys.ADVANTAGE].flatten().tolist() == [1.5, 1.0, 1.5, 1.0]
-    # int: next values [V1, V2, V3, 6] = [0, 2, 0, 6]; deltas [1, 3, -2, 7]
+def test_intrinsic_gae_runs_across_episode_ends_by_hand():
+    # an episode ends at t=1: the intrinsic stream continues into the next episode,
+    # bootstrapping from V_int of the *following* observation (8, V_int at the final
+    # observation, is never used)
+    adv, target = _intrinsic_gae([1, 2, 0, 4], [0, 0, 2, 0], 6, gamma=0.5, lmbda=1.0)
+    # next values [V1, V2, V3, 6] = [0, 2, 0, 6]; deltas [1, 3, -2, 7]
     # A3 = 7, A2 = -2 + 3.5 = 1.5, A1 = 3 + .75 = 3.75, A0 = 1 + 1.875 = 2.875
-    assert td[keys.INTRINSIC_ADVANTAGE].flatten().tolist() == [2.875, 3.75, 1.5, 7.0]
+    assert adv.flatten().tolist() == [2.875, 3.75, 1.5, 7.0]
     # lambda = 1: the target is the discounted intrinsic return across the episode end
-    assert td[keys.INTRINSIC_VALUE_TARGET].flatten().tolist() == [2.875, 3.75, 3.5, 7.0]
-    assert td[keys.VALUE_TARGET].flatten().tolist() == [1.5, 1.0, 1.5, 1.0]
+    assert target.flatten().tolist() == [2.875, 3.75, 3.5, 7.0]
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_twin_gae_against_textbook_loops_random_episodes(seed):
+def test_intrinsic_gae_against_the_textbook_loop_without_episode_ends(seed):
     g = torch.Generator().manual_seed(seed)
     steps = 12
-    rand = lambda: torch.randn(steps, generator=g).tolist()  # noqa: E731
-    done = (torch.rand(steps, generator=g) < 0.3).tolist()
-    terminated = [d and bool(torch.rand(1, generator=g) < 0.5) for d in done]
-    ext_r, int_r, v_ext, v_int, nv_ext, nv_int = (rand() for _ in range(6))
-    td = twin_batch(ext_r, int_r, v_ext, v_int, nv_ext, nv_int, done, terminated)
-    TwinGAE(gamma=0.9, gamma_int=0.8, lmbda=0.7)(td)
-    expected_ext = textbook_gae(ext_r, v_ext, nv_ext, done, terminated, 0.9, 0.7)
-    following = v_int[1:] + [nv_int[-1]]
+    int_r, v_int = (torch.randn(steps, generator=g).tolist() for _ in range(2))
+    last = float(torch.randn(1, generator=g))
+    adv, _ = _intrinsic_gae(int_r, v_int, last, gamma=0.8, lmbda=0.7)
     never = [False] * steps
-    expected_int = textbook_gae(int_r, v_int, following, never, never, 0.8, 0.7)
-    torch.testing.assert_close(td[keys.ADVANTAGE].flatten(), torch.tensor(expected_ext))
-    torch.testing.assert_close(td[keys.INTRINSIC_ADVANTAGE].flatten(), torch.tensor(expected_int))
-    # the intrinsic result does not depend on done / terminated at all
-    flipped = twin_batch(ext_r, int_r, v_ext, v_int, nv_ext, nv_int, never, never)
-    TwinGAE(gamma=0.9, gamma_int=0.8, lmbda=0.7)(flipped)
-    torch.testing.assert_close(flipped[keys.INTRINSIC_ADVANTAGE], td[keys.INTRINSIC_ADVANTAGE])
+    expected = textbook_gae(int_r, v_int, v_int[1:] + [last], never, never, 0.8, 0.7)
+    torch.testing.assert_close(adv.flatten(), torch.tensor(expected))
 
 
 def test_non_episodic_gae_with_lambda_zero_is_the_td_error():
@@ -119,94 +74,6 @@ def test_non_episodic_gae_with_lambda_zero_is_the_td_error():
     adv, target = non_episodic_gae(r, v, nv, gamma=0.9, lmbda=0.0)
     torch.testing.assert_close(adv, r + 0.9 * nv - v)
     torch.testing.assert_close(target, adv + v)
-
-
-def test_twin_gae_missing_intrinsic_reward_names_its_writer():
-    td = twin_batch([1], [1], [0], [0], [0], [0], [False], [False])
-    del td[keys.INTRINSIC_REWARD]
-    with pytest.raises(KeyError, match="intrinsic_reward.*RND.intrinsic_reward"):
-        TwinGAE(gamma=0.9, gamma_int=0.9, lmbda=0.9)(td)
-
-
-# --------------------------------------------------------------------------- the loss
-def _actor_and_twin_critic(obs_dim=3, n_actions=2):
-    torch.manual_seed(0)
-    actor = ProbabilisticActor(
-        TensorDictModule(nn.Linear(obs_dim, n_actions), [keys.OBSERVATION], [keys.LOGITS]),
-        in_keys=[keys.LOGITS],
-        distribution_class=torch.distributions.Categorical,
-        return_log_prob=True,
-        log_prob_key=keys.ACTION_LOG_PROB,
-    )
-    critic = twin_value_critic(obs_dim, hidden=(8,))
-    return actor, critic
-
-
-def _loss_batch(actor, n=16):
-    g = torch.Generator().manual_seed(1)
-    td = TensorDict({keys.OBSERVATION: torch.randn(n, 3, generator=g)}, batch_size=[n])
-    with torch.no_grad():
-        actor(td)
-    td[keys.ACTION_LOG_PROB] = td[keys.ACTION_LOG_PROB] - 0.1 * torch.randn(n, generator=g)
-    for key in (
-        keys.ADVANTAGE,
-        keys.VALUE_TARGET,
-        keys.INTRINSIC_ADVANTAGE,
-        keys.INTRINSIC_VALUE_TARGET,
-    ):
-        td[key] = torch.randn(n, 1, generator=g)
-    return td
-
-
-def test_combined_advantage_is_the_weighted_sum_and_drives_the_surrogate():
-    actor, critic = _actor_and_twin_critic()
-    td = _loss_batch(actor)
-    loss = RNDPPOLoss(actor, critic, ext_coef=2.0, int_coef=0.5, normalize_advantage=False)
-    by_hand = 2.0 * td[keys.ADVANTAGE] + 0.5 * td[keys.INTRINSIC_ADVANTAGE]
-    torch.testing.assert_close(loss.combined_advantage(td), by_hand)
-    # the surrogate equals plain PPO's on a batch whose advantage is that sum
-    ppo_td = td.clone()
-    ppo_td[keys.ADVANTAGE] = by_hand
-    ppo = PPOLoss(actor, critic, normalize_advantage=False)
-    torch.testing.assert_close(loss(td)["loss_policy"], ppo(ppo_td)["loss_policy"])
-    # the batch keeps its own (extrinsic) advantage
-    assert not torch.equal(td[keys.ADVANTAGE], by_hand)
-    # a different weight changes the loss
-    other = RNDPPOLoss(actor, critic, ext_coef=2.0, int_coef=3.0, normalize_advantage=False)
-    assert not torch.allclose(other(td)["loss_policy"], loss(td)["loss_policy"])
-
-
-def test_value_loss_is_the_sum_of_both_heads_regressions():
-    actor, critic = _actor_and_twin_critic()
-    td = _loss_batch(actor)
-    out = RNDPPOLoss(actor, critic, value_coef=0.7)(td)
-    with torch.no_grad():
-        values = critic(td.select(keys.OBSERVATION))
-    ext = 0.5 * (values[keys.STATE_VALUE] - td[keys.VALUE_TARGET]).square().mean()
-    intr = 0.5 * (values[keys.INTRINSIC_STATE_VALUE] - td[keys.INTRINSIC_VALUE_TARGET]).square()
-    torch.testing.assert_close(out["loss_value"], 0.7 * (ext + intr.mean()))
-    torch.testing.assert_close(out["value_loss_intrinsic"], intr.mean())
-    # gradient routing: the value loss reaches the critic, not the actor
-    out["loss_value"].backward()
-    assert all(p.grad is None for p in actor.parameters())
-    assert all(p.grad is not None for p in critic.parameters())
-
-
-def test_loss_bad_input_errors():
-    actor, critic = _actor_and_twin_critic()
-    with pytest.raises(ValueError, match="ext_coef must be finite and >= 0"):
-        RNDPPOLoss(actor, critic, ext_coef=-1.0)
-    with pytest.raises(ValueError, match="int_coef must be finite and >= 0"):
-        RNDPPOLoss(actor, critic, int_coef=-0.5)
-    with pytest.raises(ValueError, match="both 0"):
-        RNDPPOLoss(actor, critic, ext_coef=0.0, int_coef=0.0)
-    single = TensorDictModule(nn.Linear(3, 1), [keys.OBSERVATION], [keys.STATE_VALUE])
-    with pytest.raises(TypeError, match="twin critic"):
-        RNDPPOLoss(actor, single)(_loss_batch(actor))  # checked on first use
-    td = _loss_batch(actor)
-    del td[keys.INTRINSIC_ADVANTAGE]
-    with pytest.raises(MissingKeyError, match="intrinsic_advantage.*TwinGAE"):
-        RNDPPOLoss(actor, critic)(td)
 
 
 # --------------------------------------------------------------------------- the bonus
@@ -361,8 +228,6 @@ def test_rnd_bad_input_errors():
     for bad in (-0.1, 1.01):
         with pytest.raises(ValueError, match=r"gamma_int must be in \[0, 1\]"):
             RND((2,), num_envs=1, gamma_int=bad)
-        with pytest.raises(ValueError, match=r"gamma_int must be in \[0, 1\]"):
-            TwinGAE(gamma=0.99, gamma_int=bad, lmbda=0.95)
     with pytest.raises(ValueError, match="num_envs = 2"):
         RND((2,), num_envs=2).intrinsic_reward(torch.randn(3, 4, 2))
     with pytest.raises(ValueError, match=r"observations \[\*, 2\]"):

@@ -13,10 +13,12 @@ the config, presets and ``build`` from any directory::
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from types import ModuleType
 
-#: every algorithm, by the name of its module and recipe
-NAMES = ("a2c", "appo", "daac", "dqn", "impala", "ppg", "ppo", "rnd", "sac", "svpg")
+from rlkit.configs import NAMES
+
+__all__ = ["NAMES", "config_class", "load", "recipe"]
 
 
 def load(name: str) -> ModuleType:
@@ -33,3 +35,22 @@ def config_class(name: str) -> type:
     if name not in NAMES:
         raise ValueError(f"unknown algorithm {name!r}; known: {', '.join(NAMES)}")
     return importlib.import_module(f"rlkit.configs.{name}").CONFIG
+
+
+def recipe(name: str, argv: Sequence[str] | None = None) -> None:
+    """``recipes/<name>.py``: parse the flags (:func:`rlkit.training.cli.parse`; ``--help``
+    exits there, before torch is imported), then ``rlkit.algorithms.<name>.train(cfg)``,
+    under :func:`rlkit.training.cli.cli`'s error handling. A recipe is three lines::
+
+        from rlkit.algorithms import recipe
+
+        if __name__ == "__main__":
+            recipe("ppo")
+    """
+    from rlkit.training.cli import cli, parse
+
+    def main(args: list[str] | None) -> dict:
+        cfg = parse(name, argv if args is None else args)
+        return load(name).train(cfg)
+
+    cli(main)

@@ -20,9 +20,6 @@ attach_intrinsic`)::
 
 The paper's critic is one network with two heads; here the intrinsic value is a network of
 its own, trained with the predictor (its gradient never enters the policy's clipping norm).
-The paper's twin-critic pieces stay available to research code:
-:class:`~rlkit.objectives.rnd.RNDPPOLoss`, :class:`~rlkit.value.TwinGAE`,
-:func:`~rlkit.modules.rnd_networks.twin_value_critic`.
 
 Multi-device: gradients of both optimisers are all-reduced by ``Context.step_optimizer``; the
 observation and return statistics are merged from ``Context.all_gather``-ed data, so every

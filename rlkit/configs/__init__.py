@@ -14,3 +14,7 @@ Nothing here imports torch, TensorDict, TorchRL or Lightning, so a recipe parses
     from rlkit.configs import ppo
     cfg = ppo.PPOConfig(total_frames=20_000)   # validated, no torch imported
 """
+
+#: every algorithm, by the name of its config module, its module in :mod:`rlkit.algorithms` and
+#: its recipe
+NAMES = ("a2c", "appo", "daac", "dqn", "impala", "ppg", "ppo", "rnd", "sac", "svpg")

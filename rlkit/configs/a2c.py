@@ -60,5 +60,5 @@ class A2CConfig(CriticConfig, EncoderConfig, InitConfig, IntrinsicConfig, OnPoli
 PRESETS: dict[str, dict] = {}
 
 
-#: the config ``recipes/a2c.py`` parses (:func:`rlkit.training.cli.recipe`)
+#: the config ``recipes/a2c.py`` parses (:func:`rlkit.algorithms.recipe`)
 CONFIG = A2CConfig

@@ -95,5 +95,5 @@ for _task in ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5"):
     PRESETS[_task] = dict(_MUJOCO)
 
 
-#: the config ``recipes/appo.py`` parses (:func:`rlkit.training.cli.recipe`)
+#: the config ``recipes/appo.py`` parses (:func:`rlkit.algorithms.recipe`)
 CONFIG = APPOConfig

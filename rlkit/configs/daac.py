@@ -139,5 +139,5 @@ PRESETS["MinAtar/*"] = dict(MINATAR_PPO, **_DAAC_PIXELS)
 PRESETS["ALE/*"] = dict(ATARI_PPO, **_DAAC_PIXELS)
 
 
-#: the config ``recipes/daac.py`` parses (:func:`rlkit.training.cli.recipe`)
+#: the config ``recipes/daac.py`` parses (:func:`rlkit.algorithms.recipe`)
 CONFIG = DAACConfig

@@ -235,5 +235,5 @@ PRESETS["ALE/*"] = dict(
 )
 
 
-#: the config ``recipes/dqn.py`` parses (:func:`rlkit.training.cli.recipe`)
+#: the config ``recipes/dqn.py`` parses (:func:`rlkit.algorithms.recipe`)
 CONFIG = DQNConfig

@@ -222,5 +222,5 @@ PRESETS["MinAtar/*"] = dict(
 )
 
 
-#: the config ``recipes/impala.py`` parses (:func:`rlkit.training.cli.recipe`)
+#: the config ``recipes/impala.py`` parses (:func:`rlkit.algorithms.recipe`)
 CONFIG = IMPALAConfig

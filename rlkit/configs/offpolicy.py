@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlkit.algorithms._checks import (
+from rlkit.configs.checks import (
     LR_DECAY_FRAMES_HELP,
     check_lr_decay_frames,
     finite_floats,

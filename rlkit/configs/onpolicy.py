@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlkit.algorithms._checks import (
+from rlkit.configs.checks import (
     LR_DECAY_FRAMES_HELP,
     check_batch_floor,
     check_lr_decay_frames,

@@ -171,5 +171,5 @@ PRESETS["MinAtar/*"] = dict(
 )
 
 
-#: the config ``recipes/ppg.py`` parses (:func:`rlkit.training.cli.recipe`)
+#: the config ``recipes/ppg.py`` parses (:func:`rlkit.algorithms.recipe`)
 CONFIG = PPGConfig

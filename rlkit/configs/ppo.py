@@ -133,5 +133,5 @@ PRESETS["MinAtar/*"] = dict(MINATAR_PPO)
 PRESETS["ALE/*"] = dict(ATARI_PPO)
 
 
-#: the config ``recipes/ppo.py`` parses (:func:`rlkit.training.cli.recipe`)
+#: the config ``recipes/ppo.py`` parses (:func:`rlkit.algorithms.recipe`)
 CONFIG = PPOConfig

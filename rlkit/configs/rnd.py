@@ -138,5 +138,5 @@ PRESETS["MinAtar/*"] = dict(MINATAR_PPO, **_RND_PIXELS, rnd_features=128, rnd_hi
 PRESETS["ALE/*"] = dict(ATARI_PPO, **_RND_PIXELS, rnd_features=512, rnd_hidden=(512,))
 
 
-#: the config ``recipes/rnd.py`` parses (:func:`rlkit.training.cli.recipe`)
+#: the config ``recipes/rnd.py`` parses (:func:`rlkit.algorithms.recipe`)
 CONFIG = RNDConfig

@@ -133,5 +133,5 @@ PRESETS["MinAtar/*"] = dict(_PIXEL_SAC, encoder="minatar", buffer_size=100_000, 
 PRESETS["ALE/*"] = dict(_PIXEL_SAC, encoder="nature", buffer_size=1_000_000, eval_every=500_000)
 
 
-#: the config ``recipes/sac.py`` parses (:func:`rlkit.training.cli.recipe`)
+#: the config ``recipes/sac.py`` parses (:func:`rlkit.algorithms.recipe`)
 CONFIG = SACConfig

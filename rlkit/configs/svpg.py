@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rlkit.algorithms._checks import finite_floats
+from rlkit.configs.checks import finite_floats
 from rlkit.training.config import TrainConfig, in_unit_interval, non_negative, positive
 
 #: the algorithms a particle can run (``--particle``)
@@ -172,5 +172,5 @@ class SVPGConfig(TrainConfig):
 PRESETS: dict[str, dict] = {}
 
 
-#: the config ``recipes/svpg.py`` parses (:func:`rlkit.training.cli.recipe`)
+#: the config ``recipes/svpg.py`` parses (:func:`rlkit.algorithms.recipe`)
 CONFIG = SVPGConfig

@@ -12,16 +12,18 @@ from torch import nn
 from torchrl.modules import ValueOperator
 
 from rlkit import keys
-
-# the choices are the flags' (--arch, --encoder, --init-fn): declared torch-free with them
-from rlkit.configs.encoders import ENCODERS
-from rlkit.configs.ppg import ARCHS, INIT_FNS
 from rlkit.modules.actors import make_actor
 from rlkit.modules.builders import gaussian_kwargs
-from rlkit.modules.networks import make_encoder, mlp, mlp_body
+from rlkit.modules.networks import ENCODERS, make_encoder, mlp, mlp_body
 from rlkit.modules.normalization import Normalize, RunningMeanStd
 
 __all__ = ["ARCHS", "ENCODERS", "INIT_FNS", "PPGNetworks", "init_weights_", "ppg_networks"]
+
+#: the network layouts :func:`ppg_networks` builds (``--arch``; the config layer lists the same
+#: names, torch-free, and tests/test_layout.py checks that the two lists agree)
+ARCHS = ("dual", "shared")
+#: the initialisations :func:`init_weights_` applies (``--init-fn``; rllte's init_fn)
+INIT_FNS = ("orthogonal", "xavier_uniform", "xavier_normal", "default")
 
 
 @dataclass

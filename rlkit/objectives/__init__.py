@@ -16,7 +16,7 @@ from rlkit.objectives.functional import standardize
 from rlkit.objectives.impala import IMPALALoss
 from rlkit.objectives.ppg import PPGAuxLoss
 from rlkit.objectives.ppo import PPOLoss
-from rlkit.objectives.rnd import RND, ReturnScaler, RNDPPOLoss
+from rlkit.objectives.rnd import RND, ReturnScaler
 from rlkit.objectives.sac import DiscreteSACLoss, SACLoss
 from rlkit.objectives.svpg import median_bandwidth, rbf_kernel, stein_update
 
@@ -33,7 +33,6 @@ __all__ = [
     "PPGAuxLoss",
     "PPOLoss",
     "RND",
-    "RNDPPOLoss",
     "ReturnScaler",
     "SACLoss",
     "functional",

@@ -17,7 +17,6 @@ from tensordict import NestedKey, TensorDict, TensorDictBase
 from torch import Tensor, nn
 
 from rlkit import keys
-from rlkit.configs.daac import ADVANTAGE_NORMS, ADVANTAGE_TARGETS
 from rlkit.modules.direct import actor_dist, module_output
 from rlkit.objectives.common import (
     ADVANTAGE_MEAN,
@@ -65,6 +64,14 @@ __all__ = [
     "DAACLoss",
     "DAACValueLoss",
 ]
+
+#: ``advantage_target`` choices: the advantage head regresses the normalised advantage (the
+#: authors' code) or the raw one (the config layer lists the same names, torch-free;
+#: tests/test_layout.py checks that the lists agree)
+ADVANTAGE_TARGETS = ("normalized", "raw")
+#: ``advantage_norm`` choices, over what the advantage is standardised: the whole batch (the
+#: authors' code) or each minibatch
+ADVANTAGE_NORMS = ("batch", "minibatch")
 
 LOSS_ADVANTAGE = "loss_advantage"
 #: Diagnostic: how much of the advantage target's variance the advantage head explains.

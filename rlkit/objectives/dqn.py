@@ -35,7 +35,6 @@ from tensordict import NestedKey, TensorDict, TensorDictBase
 from torch import Tensor, nn
 
 from rlkit import keys
-from rlkit.configs.offpolicy import PRIORITY_WEIGHT_NORMS
 from rlkit.modules.target import TargetNetwork, call_network
 from rlkit.objectives.common import (
     LOSS_VALUE,
@@ -57,6 +56,11 @@ __all__ = [
     "dqn_td_target",
     "nstep_transitions",
 ]
+
+#: ``priority_weights`` choices: importance weights normalised by their maximum (the PER
+#: paper's) or by their sum (the config layer lists the same names, torch-free;
+#: tests/test_layout.py checks that the lists agree)
+PRIORITY_WEIGHT_NORMS = ("max", "sum")
 
 #: Batch keys documented in :mod:`rlkit.keys`: the m-step bootstrap discount ``[*, 1]``
 #: (written by :func:`nstep_transitions`) and the prioritized-replay weight ``[*]``.

@@ -1,19 +1,13 @@
-r"""Random Network Distillation (Burda et al. 2018): the exploration bonus, the two-stream
-advantage estimator and the twin-critic PPO loss.
+r"""Random Network Distillation (Burda et al. 2018): the exploration bonus and its predictor's
+loss.
 
-Four pieces, used together by :class:`rlkit.algorithms.rnd.RNDLearner`:
+The pieces (RND-PPO's two streams are :mod:`rlkit.objectives.intrinsic`'s ``RNDReward`` with
+an intrinsic critic of its own, attached to any policy-gradient learner):
 
 * :class:`RND` -- a frozen random *target* network :math:`f` and a trained *predictor*
   :math:`\hat f` on normalised, clipped observations. The intrinsic reward of a step is the
   predictor's error at the observation the step returned, scaled by the running standard
   deviation of the discounted intrinsic return.
-* :class:`~rlkit.value.TwinGAE` -- GAE per stream: the extrinsic stream episodic
-  (``keys.ADVANTAGE``,
-  ``keys.VALUE_TARGET``), the intrinsic stream non-episodic with its own discount
-  (``keys.INTRINSIC_ADVANTAGE``, ``keys.INTRINSIC_VALUE_TARGET``); the pure core is
-  :func:`rlkit.value.functional.non_episodic_gae`.
-* :class:`RNDPPOLoss` -- PPO's clipped surrogate on
-  :math:`A = c_E A^E + c_I A^I` and the sum of both value heads' regressions.
 * :class:`RNDPredictorLoss` -- the predictor's distillation loss on a minibatch's next
   observations, a loss of its own (its own optimiser) trained in lockstep with the PPO loss.
 
@@ -38,32 +32,15 @@ from rlkit import keys
 from rlkit.modules.networks import make_encoder, mlp
 from rlkit.modules.normalization import RunningMeanStd
 from rlkit.objectives.common import (
-    Hyperparameter,
     LossBase,
-    read_column,
     require_keys,
 )
-from rlkit.objectives.functional import clipped_value_loss, explained_variance, value_loss
-from rlkit.objectives.ppo import PPOLoss
 
 __all__ = [
     "RND",
     "ReturnScaler",
-    "RNDPPOLoss",
     "RNDPredictorLoss",
 ]
-
-WRITTEN_BY_RND = (
-    "rlkit.objectives.rnd.RND.intrinsic_reward writes it (RNDLearner does, before the "
-    "estimator runs)"
-)
-WRITTEN_BY_TWIN_GAE = (
-    "rlkit.value.TwinGAE writes it (GAE of the intrinsic stream) before the loss runs"
-)
-WRITTEN_BY_TWIN_CRITIC = (
-    "the twin critic writes it at collection-time (value clipping needs the old intrinsic "
-    "value); or pass value_clip_epsilon=None"
-)
 
 
 def _check_real(name: str, value: object, low: float, high: float, *, open_low: bool) -> float:
@@ -385,190 +362,7 @@ class RND(nn.Module):
             )
 
 
-# --------------------------------------------------------------------------- the loss
-VALUE_LOSS_EXTRINSIC = "value_loss_extrinsic"
-VALUE_LOSS_INTRINSIC = "value_loss_intrinsic"
-INTRINSIC_EXPLAINED_VARIANCE = "intrinsic_explained_variance"
-INTRINSIC_VALUE_MEAN = "intrinsic_value_mean"
-INTRINSIC_ADVANTAGE_STD = "intrinsic_advantage_std"
-EXTRINSIC_ADVANTAGE_STD = "extrinsic_advantage_std"
-
-
-class RNDPPOLoss(PPOLoss):
-    r"""PPO with a twin critic: one surrogate on the combined advantage, two value heads.
-
-    .. math::
-        A_i &= c_E A^E_i + c_I A^I_i \\
-        \text{loss\_policy} &= -\frac1N\sum_i \min\big(r_i A_i,\
-            \mathrm{clip}(r_i, 1-\epsilon, 1+\epsilon) A_i\big) \\
-        \text{loss\_value} &= c_v \frac1N\sum_i \tfrac12\big[(V^E_\phi(s_i) - \hat V^E_i)^2
-            + (V^I_\phi(s_i) - \hat V^I_i)^2\big]
-
-    (each term clipped PPO2-style around its collection-time value with
-    ``value_clip_epsilon``), plus :class:`PPOLoss`'s entropy bonus. The combined advantage
-    is standardised per minibatch when ``normalize_advantage`` is set (after weighting).
-
-    Keys read, besides :class:`~rlkit.objectives.PPOLoss`'s (whose ``keys.ADVANTAGE`` and
-    ``keys.VALUE_TARGET`` are the extrinsic stream's): ``keys.INTRINSIC_ADVANTAGE`` and
-    ``keys.INTRINSIC_VALUE_TARGET`` ``[*, 1]`` (written by :class:`~rlkit.value.TwinGAE`), and
-    ``keys.INTRINSIC_STATE_VALUE`` ``[*, 1]`` with value clipping. The critic must write
-    ``keys.STATE_VALUE`` and ``keys.INTRINSIC_STATE_VALUE``.
-
-    Writes :class:`PPOLoss`'s outputs (``advantage_mean`` / ``advantage_std`` describe the
-    combined advantage; ``explained_variance`` and ``value_mean`` the extrinsic head) and
-    ``value_loss_extrinsic``, ``value_loss_intrinsic`` (unweighted), ``intrinsic_value_mean``,
-    ``intrinsic_explained_variance``, ``extrinsic_advantage_std``, ``intrinsic_advantage_std``.
-
-    Args:
-        actor, critic: the policy and the twin critic.
-        ext_coef: :math:`c_E \ge 0` (paper 2).
-        int_coef: :math:`c_I \ge 0` (paper 1); not both 0.
-        **kwargs: :class:`PPOLoss`'s (``clip_epsilon``, ``entropy_coef``, ``value_coef``,
-            ``value_clip_epsilon``, ``normalize_advantage``, ``value_loss``).
-
-    Reference: Burda et al. 2018, section 2.3 ("combining intrinsic and extrinsic returns")
-    and ``ppo_agent.py`` (``advs = int_coeff * advs_int + ext_coeff * advs_ext``,
-    ``vf_loss = 0.5 * (vf_loss_int + vf_loss_ext)``).
-    """
-
-    ext_coef = Hyperparameter(positive=False, hint="the paper uses 2")
-    int_coef = Hyperparameter(positive=False, hint="the paper uses 1")
-
-    @dataclass
-    class _AcceptedKeys(PPOLoss._AcceptedKeys):
-        """Input keys, renamable with ``loss.set_keys(name=key)``."""
-
-        intrinsic_advantage: NestedKey = keys.INTRINSIC_ADVANTAGE
-        intrinsic_value_target: NestedKey = keys.INTRINSIC_VALUE_TARGET
-        intrinsic_state_value: NestedKey = keys.INTRINSIC_STATE_VALUE
-
-    _diagnostics = (
-        *PPOLoss._diagnostics,
-        VALUE_LOSS_EXTRINSIC,
-        VALUE_LOSS_INTRINSIC,
-        INTRINSIC_VALUE_MEAN,
-        INTRINSIC_EXPLAINED_VARIANCE,
-        EXTRINSIC_ADVANTAGE_STD,
-        INTRINSIC_ADVANTAGE_STD,
-    )
-
-    def __init__(
-        self,
-        actor: nn.Module,
-        critic: nn.Module,
-        *,
-        ext_coef: float = 2.0,
-        int_coef: float = 1.0,
-        **kwargs,
-    ) -> None:
-        super().__init__(actor, critic, **kwargs)
-        self.ext_coef = ext_coef
-        self.int_coef = int_coef
-        if self.ext_coef == 0 and self.int_coef == 0:
-            raise ValueError(
-                "RNDPPOLoss: ext_coef and int_coef are both 0, so the policy has no advantage "
-                "to follow: set at least one > 0"
-            )
-        self._parts: dict[str, Tensor] = {}
-
-    def _check_critic(self) -> None:
-        super()._check_critic()
-        key = self.tensor_keys.intrinsic_state_value
-        if key not in list(self.critic.out_keys):
-            raise TypeError(
-                f"RNDPPOLoss: the critic writes {list(self.critic.out_keys)} but the loss reads "
-                f"the intrinsic value from {keys.describe(key)}: use a twin critic "
-                "(rlkit.modules.rnd_networks.twin_value_critic) or call "
-                "loss.set_keys(intrinsic_state_value=...)"
-            )
-
-    def extra_repr(self) -> str:
-        return f"ext_coef={self.ext_coef!r}, int_coef={self.int_coef!r}, {super().extra_repr()}"
-
-    def _required_keys(self) -> dict[NestedKey, str]:
-        needs = super()._required_keys()
-        needs[self.tensor_keys.intrinsic_advantage] = WRITTEN_BY_TWIN_GAE
-        needs[self.tensor_keys.intrinsic_value_target] = WRITTEN_BY_TWIN_GAE
-        if self.value_clip_epsilon is not None:
-            needs[self.tensor_keys.intrinsic_state_value] = WRITTEN_BY_TWIN_CRITIC
-        return needs
-
-    def combined_advantage(self, tensordict: TensorDictBase) -> Tensor:
-        r""":math:`c_E A^E + c_I A^I` as ``[*batch, 1]`` (before any standardisation)."""
-        require_keys(tensordict, self._required_keys(), owner="RNDPPOLoss")
-        ext = read_column(tensordict, self.tensor_keys.advantage, owner="RNDPPOLoss")
-        intr = read_column(tensordict, self.tensor_keys.intrinsic_advantage, owner="RNDPPOLoss")
-        return (self.ext_coef * ext + self.int_coef * intr).detach().unsqueeze(-1)
-
-    def forward(self, tensordict: TensorDictBase) -> TensorDict:
-        combined = self.combined_advantage(tensordict)
-        # a shallow copy: the batch keeps its own (extrinsic) advantage
-        view = tensordict.copy()
-        view.set(self.tensor_keys.advantage, combined)
-        self._parts = {}
-        try:
-            out = super().forward(view)
-        finally:
-            parts, self._parts = self._parts, {}
-        if self.diagnostics:
-            out.update(
-                {
-                    VALUE_LOSS_EXTRINSIC: parts["ext"].detach(),
-                    VALUE_LOSS_INTRINSIC: parts["int"].detach(),
-                    INTRINSIC_VALUE_MEAN: parts["int_value"].mean(),
-                    INTRINSIC_EXPLAINED_VARIANCE: explained_variance(
-                        parts["int_value"], parts["int_target"]
-                    ),
-                    EXTRINSIC_ADVANTAGE_STD: read_column(
-                        tensordict, self.tensor_keys.advantage, owner="RNDPPOLoss"
-                    ).std(correction=0),
-                    INTRINSIC_ADVANTAGE_STD: read_column(
-                        tensordict, self.tensor_keys.intrinsic_advantage, owner="RNDPPOLoss"
-                    ).std(correction=0),
-                }
-            )
-        return out
-
-    def _critic_value(self, tensordict: TensorDictBase) -> Tensor:
-        """Runs the twin critic once; keeps the intrinsic head for :meth:`_value_loss`."""
-        out = self.critic(tensordict.select(*self.critic.in_keys))
-        batch = tensordict.batch_size
-        values = []
-        for key in (self.tensor_keys.state_value, self.tensor_keys.intrinsic_state_value):
-            value = out.get(key)
-            if value.shape != (*batch, 1):
-                raise ValueError(
-                    f"RNDPPOLoss: the critic wrote {keys.describe(key)} of shape "
-                    f"{list(value.shape)}, expected {[*batch, 1]}"
-                )
-            values.append(value.squeeze(-1))
-        self._parts["int_value"] = values[1]
-        return values[0]
-
-    def _value_loss(self, value: Tensor, target: Tensor, tensordict: TensorDictBase) -> Tensor:
-        ext = super()._value_loss(value, target, tensordict)
-        int_value = self._parts["int_value"]
-        int_target = read_column(
-            tensordict, self.tensor_keys.intrinsic_value_target, owner="RNDPPOLoss"
-        ).detach()
-        if self.value_clip_epsilon is None:
-            intr = value_loss(int_value, int_target, loss_type=self.value_loss)
-        else:
-            old = read_column(
-                tensordict, self.tensor_keys.intrinsic_state_value, owner="RNDPPOLoss"
-            )
-            intr = clipped_value_loss(
-                int_value,
-                old,
-                int_target,
-                clip_epsilon=self.value_clip_epsilon,
-                loss_type=self.value_loss,
-            )
-        self._parts.update(ext=ext, int=intr, int_target=int_target)
-        self._parts["int_value"] = int_value.detach()
-        return ext + intr
-
-
+# --------------------------------------------------------------------------- the predictor
 LOSS_PREDICTOR = "loss_predictor"
 WRITTEN_BY_COLLECTOR = "the collector writes it (the observation the step returned)"
 

@@ -66,6 +66,7 @@ from torchrl.data import Categorical, Composite, OneHot, TensorSpec
 
 from rlkit import keys
 from rlkit.modules.direct import actor_dist
+from rlkit.modules.distributions import tanh_normal_parts, tanh_normal_rsample
 from rlkit.modules.target import TargetNetwork, call_network
 from rlkit.objectives.common import READ_BY_NETWORK, VALUE_MEAN, LossBase, check_float, require_keys
 from rlkit.objectives.dqn import (
@@ -89,7 +90,6 @@ __all__ = [
     "SACCriticTerms",
     "SACLoss",
     "sac_critic_target",
-    "tanh_normal_rsample",
 ]
 
 LOSS_QVALUE = "loss_qvalue"
@@ -114,57 +114,6 @@ def sac_critic_target(
     """
     soft_value = next_q_min - alpha * next_log_prob
     return reward + discount * (~terminated).to(reward.dtype) * soft_value
-
-
-def tanh_normal_rsample(
-    loc: Tensor, scale: Tensor, *, low: Tensor, high: Tensor, noise: Tensor | None = None
-) -> tuple[Tensor, Tensor]:
-    r"""Reparameterised draw of a tanh-squashed Gaussian and its log-density.
-
-    :math:`u = \mu + \sigma\epsilon`, :math:`\epsilon \sim \mathcal N(0, I)`,
-    :math:`a = m + h 	anh u` with :math:`m = (high + low)/2`, :math:`h = (high - low)/2`:
-
-    .. math::
-        \log\pi(a) = \sum_k \Big[\log\mathcal N(u_k; \mu_k, \sigma_k)
-                     - \log(1 - 	anh^2 u_k) - \log h_k\Big],
-
-    with :math:`\log(1 - 	anh^2 u) = 2(\log 2 - u - \mathrm{softplus}(-2u))` (exact, no
-    cancellation near the bounds). This is the density of TorchRL's ``TanhNormal(loc, scale,
-    low=low, high=high)`` scored at the exact pre-tanh draw (its ``rsample_and_log_prob``),
-    without building the distribution object (about 0.2 ms each on the CPU).
-
-    Returns ``(action [*, d], log_prob [*])``.
-    """
-    if noise is None:
-        noise = torch.randn_like(loc)
-    pre_tanh = loc + scale * noise
-    half = (high - low) / 2
-    action = (high + low) / 2 + half * torch.tanh(pre_tanh)
-    log_normal = -0.5 * noise.square() - scale.log() - 0.5 * math.log(2 * math.pi)
-    log_det = 2 * (math.log(2) - pre_tanh - nn.functional.softplus(-2 * pre_tanh))
-    return action, (log_normal - log_det - half.log()).sum(-1)
-
-
-def _tanh_normal_parts(actor: nn.Module):
-    """``(loc/scale module, low, high)`` of a ``ProbabilisticActor`` over a plain
-    ``TanhNormal(low, high)``, or ``None`` when the actor is anything else."""
-    from tensordict.nn import TensorDictModule
-    from torchrl.modules import ProbabilisticActor, TanhNormal
-
-    if type(actor) is not ProbabilisticActor or len(actor.module) != 2:
-        return None
-    params, dist_module = actor.module
-    kwargs = dict(getattr(dist_module, "distribution_kwargs", {}) or {})
-    if (
-        getattr(dist_module, "distribution_class", None) is not TanhNormal
-        or set(kwargs) - {"low", "high"}
-        or type(params) is not TensorDictModule
-        or list(params.out_keys) != [keys.LOC, keys.SCALE]
-    ):
-        return None
-    low = torch.as_tensor(kwargs.get("low", -1.0), dtype=torch.float32)
-    high = torch.as_tensor(kwargs.get("high", 1.0), dtype=torch.float32)
-    return params, low, high
 
 
 @contextlib.contextmanager
@@ -482,7 +431,7 @@ class SACLoss(_SACBase):
     @property
     def _tanh_parts(self):
         if not hasattr(self, "_tanh_parts_cache"):
-            self._tanh_parts_cache = _tanh_normal_parts(self.actor)
+            self._tanh_parts_cache = tanh_normal_parts(self.actor)
         return self._tanh_parts_cache
 
     def default_target_entropy(self, actor: nn.Module) -> float:

@@ -1,17 +1,11 @@
 """The recipes' command line, without torch until the flags are parsed.
 
-``recipes/<name>.py`` is three lines::
-
-    from rlkit.training.cli import recipe
-
-    if __name__ == "__main__":
-        recipe("ppo")
-
-:func:`recipe` parses the command line against the algorithm's torch-free config module
+:func:`parse` parses a command line against an algorithm's torch-free config module
 (:mod:`rlkit.configs.<name>`: config class, presets, the algorithm box shown by ``--help``),
 so ``--help`` and a bad flag answer before torch, TensorDict, TorchRL or Lightning are
-imported; only then does it import :mod:`rlkit.algorithms.<name>` and call its ``train``.
-:func:`cli` runs any ``main(argv)`` the same way (a research script's own recipe).
+imported. :func:`cli` runs any ``main(argv)`` under the error handling below (a research
+script's own recipe). :func:`rlkit.algorithms.recipe` is the two together, what
+``recipes/<name>.py`` calls: the engine layer names no algorithm, it is handed one.
 
 Errors: a bad input ends the process with one line ``error: ...`` and exit status 2, a
 diverged run (NaN) with status 3; ``RLKIT_TRACEBACK=1`` shows the traceback instead. A run
@@ -96,21 +90,9 @@ def parse(name: str, argv: Sequence[str] | None = None):
     ``recipes/<name>.py`` parses it: :func:`~rlkit.training.config.parse_config` with the
     config class, presets and description of :mod:`rlkit.configs.<name>`. Imports no torch
     (``--resume`` reads its checkpoint's settings with torch, imported then)."""
-    from rlkit.algorithms import NAMES
+    from rlkit.configs import NAMES
 
     if name not in NAMES:
         raise ValueError(f"unknown algorithm {name!r}; known: {', '.join(NAMES)}")
     config = importlib.import_module(f"rlkit.configs.{name}")
     return parse_config(config.CONFIG, argv, presets=config.PRESETS, description=config.__doc__)
-
-
-def recipe(name: str, argv: Sequence[str] | None = None) -> None:
-    """``recipes/<name>.py``: parse the flags (:func:`parse`; ``--help`` exits here, before
-    torch is imported), then ``rlkit.algorithms.<name>.train(cfg)``, under :func:`cli`'s
-    error handling."""
-
-    def main(args: list[str] | None) -> dict:
-        cfg = parse(name, argv if args is None else args)
-        return importlib.import_module(f"rlkit.algorithms.{name}").train(cfg)
-
-    cli(main)

@@ -52,7 +52,7 @@ from rlkit import keys
 from rlkit.keys import MissingKeyError
 from rlkit.value import functional as F
 
-__all__ = ["GAE", "TDLambda", "TwinGAE", "VTrace", "VTRACE_RHO"]
+__all__ = ["GAE", "TDLambda", "VTrace", "VTRACE_RHO"]
 
 #: Key :class:`VTrace` writes: the raw (unclipped) importance ratio
 #: :math:`\rho_t = \pi(a_t|x_t) / \mu(a_t|x_t)` at the stored action, shape ``[..., T, 1]``.
@@ -72,7 +72,7 @@ _WRITERS: dict[str, str] = {
     ),
 }
 #: Names whose keys are read under ``"next"`` (TorchRL's convention for env outputs).
-_NEXT_NAMES = ("reward", "done", "terminated", "intrinsic_reward")
+_NEXT_NAMES = ("reward", "done", "terminated")
 
 
 def _next_of(key: NestedKey) -> tuple[str, ...]:
@@ -533,129 +533,3 @@ def _joint_log_prob(log_prob: torch.Tensor, td: TensorDictBase, name: str) -> to
     if log_prob.ndim > td.batch_dims:
         log_prob = log_prob.sum(dim=tuple(range(td.batch_dims, log_prob.ndim)))
     return log_prob.unsqueeze(-1)
-
-
-_WRITERS["intrinsic_reward"] = (
-    "rlkit.objectives.rnd.RND.intrinsic_reward writes it (RNDLearner does, before the "
-    "estimator runs)"
-)
-
-
-class TwinGAE(GAE):
-    r"""GAE for both streams of a twin critic.
-
-    * extrinsic (episodic, :class:`rlkit.value.GAE` semantics: ``terminated`` masks the
-      bootstrap, ``done`` cuts the recursion, truncations bootstrap from the true final
-      observation), discount ``gamma``: writes ``keys.ADVANTAGE`` and ``keys.VALUE_TARGET``;
-    * intrinsic (non-episodic, :func:`non_episodic_gae` with
-      :func:`continuing_next_value`), discount ``gamma_int``: reads ``keys.INTRINSIC_REWARD``
-      and writes ``keys.INTRINSIC_ADVANTAGE`` and ``keys.INTRINSIC_VALUE_TARGET``.
-
-    Keys read besides :class:`~rlkit.value.GAE`'s: ``keys.INTRINSIC_REWARD`` ``[..., T, 1]``,
-    ``keys.INTRINSIC_STATE_VALUE`` and ``("next", keys.INTRINSIC_STATE_VALUE)``
-    ``[..., T, 1]`` (written by ``value_network``, a twin critic, when absent).
-
-    Args:
-        gamma: extrinsic discount in [0, 1] (paper 0.999).
-        gamma_int: intrinsic discount in [0, 1] (paper 0.99).
-        lmbda: GAE lambda of both streams (paper 0.95); ``lmbda_int`` overrides the
-            intrinsic one.
-        value_network: a twin critic writing ``keys.STATE_VALUE`` and
-            ``keys.INTRINSIC_STATE_VALUE``.
-        time_dim, recompute_values: as for :class:`~rlkit.value.GAE`.
-    """
-
-    def __init__(
-        self,
-        *,
-        gamma: float,
-        gamma_int: float,
-        lmbda: float,
-        lmbda_int: float | None = None,
-        value_network: Callable[[TensorDictBase], TensorDictBase] | None = None,
-        time_dim: int | None = None,
-        recompute_values: bool = False,
-    ) -> None:
-        super().__init__(
-            gamma=gamma,
-            lmbda=lmbda,
-            value_network=value_network,
-            time_dim=time_dim,
-            recompute_values=recompute_values,
-        )
-        self.gamma_int = F._check_unit_interval("TwinGAE: gamma_int", gamma_int)
-        lmbda_int = lmbda if lmbda_int is None else lmbda_int
-        self.lmbda_int = F._check_unit_interval("TwinGAE: lmbda_int", lmbda_int)
-
-    @dataclass
-    class _AcceptedKeys(_ValueEstimator._AcceptedKeys):
-        """:class:`GAE`'s keys and the intrinsic stream's (``intrinsic_reward`` is read
-        under ``"next"``; ``intrinsic_state_value`` at the root and under ``"next"``)."""
-
-        intrinsic_reward: NestedKey = keys.INTRINSIC_REWARD
-        intrinsic_state_value: NestedKey = keys.INTRINSIC_STATE_VALUE
-        intrinsic_advantage: NestedKey = keys.INTRINSIC_ADVANTAGE
-        intrinsic_value_target: NestedKey = keys.INTRINSIC_VALUE_TARGET
-
-    @property
-    def in_keys(self) -> list:
-        value = self._key("intrinsic_state_value")
-        return [*super().in_keys, self._key("intrinsic_reward"), value, _next_of(value)]
-
-    @property
-    def out_keys(self) -> list:
-        return [
-            *super().out_keys,
-            self._key("intrinsic_advantage"),
-            self._key("intrinsic_value_target"),
-        ]
-
-    def _ensure_values(self, td: TensorDictBase) -> None:
-        value, intrinsic = self._key("state_value"), self._key("intrinsic_state_value")
-        wanted = (value, _next_of(value), intrinsic, _next_of(intrinsic))
-        present = td.keys(include_nested=True)
-        if not self.recompute_values and all(k in present for k in wanted):
-            return
-        if self.value_network is None:
-            missing = ", ".join(keys.describe(k) for k in wanted if k not in present)
-            raise MissingKeyError(
-                f"TwinGAE: {missing} missing and no value_network given: pass "
-                "value_network=<a twin critic> or write both heads' values (current and next) "
-                "first"
-            )
-        self._check_value_inputs(td, False)
-        self._check_value_inputs(td, True)
-        self.value_network(td)
-        self.value_network(td.get(keys.NEXT))
-        present = td.keys(include_nested=True)
-        for key in wanted:
-            if key not in present:
-                written = list(getattr(self.value_network, "out_keys", ()))
-                raise self._missing(
-                    key,
-                    f"value_network wrote {written}: rename the estimator's keys with "
-                    "set_keys(state_value=..., intrinsic_state_value=...) to match them",
-                )
-
-    @torch.no_grad()
-    def forward(self, td: TensorDictBase, *, time_dim: int | None = None) -> TensorDictBase:
-        self._require(td, "intrinsic_reward")
-        super().forward(td, time_dim=time_dim)  # extrinsic stream; writes both heads' values
-        fdim = self._resolve_time_dim(td, time_dim) - td.batch_dims - 1
-        intrinsic = self._key("intrinsic_state_value")
-        value = self._get_scalar(td, intrinsic)
-        last = self._get_scalar(td, _next_of(intrinsic))
-        advantage, target = F.non_episodic_gae(
-            self._get_scalar(td, self._key("intrinsic_reward")),
-            value,
-            F.continuing_next_value(value, last, time_dim=fdim),
-            gamma=self.gamma_int,
-            lmbda=self.lmbda_int,
-            time_dim=fdim,
-        )
-        td.set(self._key("intrinsic_advantage"), advantage)
-        td.set(self._key("intrinsic_value_target"), target)
-        return td
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, gamma_int={self.gamma_int}, lmbda_int={self.lmbda_int}"
