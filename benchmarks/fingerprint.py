@@ -31,7 +31,7 @@ SYNC = {"impala", "appo"}
 
 def run_recipe(name: str, run_dir: Path) -> dict[str, dict[str, torch.Tensor]]:
     argv = [sys.executable, str(ROOT / "recipes" / f"{name}.py"), "--total-frames", "4096"]
-    argv += ["--eval-every", "0", "--eval-episodes", "2", "--progress", "false"]
+    argv += ["--eval-every", "0", "--eval-episodes", "4", "--progress", "false"]
     argv += ["--run-dir", str(run_dir)]
     if name in SYNC:
         argv += ["--sync-collect", "true"]
@@ -89,7 +89,7 @@ def main() -> None:
         for name in args.recipes:
             prints[name] = run_recipe(name, Path(tmp) / name)
             print(f"{name}: {int(prints[name]['frames']):,} frames", flush=True)
-    torch.save(prints, args.out)
+            torch.save(prints, args.out)  # after each recipe: a failure keeps the others
     if args.compare:
         before = torch.load(args.compare, weights_only=True)
         before = {k: v for k, v in before.items() if k in prints}
