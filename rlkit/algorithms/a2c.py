@@ -6,6 +6,9 @@ in the torch-free :mod:`rlkit.configs.a2c` and are imported here under their old
 
 from __future__ import annotations
 
+from functools import partial
+
+from rlkit.algorithms._parts import make_part
 from rlkit.algorithms.critic import policy_gradient_learner
 from rlkit.algorithms.onpolicy import (
     PolicyGradientLearner,
@@ -20,20 +23,36 @@ from rlkit.value import GAE
 
 
 # 2-5. networks, estimator, loss, learner ----------------------------------------------------
-def build(cfg: A2CConfig, env) -> PolicyGradientLearner:
+def build(cfg: A2CConfig, env, *, loss_cls=None, estimator_cls=None) -> PolicyGradientLearner:
+    """A2C's learner for ``cfg`` on ``env``: networks, GAE, the loss, the learner (with a
+    critic group under ``--value-*``) and ``--intrinsic``'s bonus.
+
+    ``loss_cls`` (default :class:`~rlkit.objectives.A2CLoss`) and ``estimator_cls`` (default
+    :class:`~rlkit.value.GAE`): a subclass (or ``functools.partial`` of one) built in their
+    place with exactly the recipe's arguments, ``loss_cls(actor, critic, entropy_coef=,
+    value_coef=, normalize_advantage=)`` and ``estimator_cls(gamma=, lmbda=,
+    value_network=critic, empirical_returns=)``; everything else is built as the recipe
+    builds it."""
     actor, critic, obs_norm = build_actor_critic(cfg, env)
-    estimator = GAE(
+    estimator = make_part(
+        estimator_cls,
+        GAE,
         gamma=cfg.gamma,
         lmbda=cfg.gae_lambda,
         value_network=critic,
         empirical_returns=getattr(cfg, "empirical_returns", False),
+        role="estimator_cls",
+        where="a2c.build",
     )
-    loss = A2CLoss(
+    loss = make_part(
+        loss_cls,
+        A2CLoss,
         actor,
         critic,
         entropy_coef=cfg.entropy_coef,
         value_coef=cfg.value_coef,
         normalize_advantage=cfg.normalize_advantage,
+        where="a2c.build",
     )
     learner = policy_gradient_learner(
         cfg,
@@ -49,10 +68,11 @@ def build(cfg: A2CConfig, env) -> PolicyGradientLearner:
 
 
 # 6. fit -------------------------------------------------------------------------------------
-def train(cfg: A2CConfig) -> dict:
+def train(cfg: A2CConfig, *, loss_cls=None, estimator_cls=None) -> dict:
     """Train A2C under a parsed ``cfg`` (what ``recipes/a2c.py`` runs after its
-    flags); returns the run summary."""
-    return run(cfg, build, algo="a2c")
+    flags); returns the run summary. ``loss_cls``, ``estimator_cls``: as for :func:`build`."""
+    build_parts = partial(build, loss_cls=loss_cls, estimator_cls=estimator_cls)
+    return run(cfg, build_parts, algo="a2c")
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -7,10 +7,12 @@ in the torch-free :mod:`rlkit.configs.appo` and are imported here under their ol
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 
 from tensordict import TensorDictBase
 from torch import nn
 
+from rlkit.algorithms._parts import make_part
 from rlkit.algorithms.impala import attach_reward_norm, lag_metrics, normalize_rewards
 from rlkit.algorithms.onpolicy import (
     PolicyGradientConfig,
@@ -81,9 +83,21 @@ class APPOLearner(PolicyGradientLearner):
 
 
 # 2-5. networks, estimator, loss, learner ----------------------------------------------------
-def build(cfg: APPOConfig, env) -> APPOLearner:
+def build(cfg: APPOConfig, env, *, loss_cls=None, estimator_cls=None) -> APPOLearner:
+    """APPO's learner for ``cfg`` on ``env``: networks, the clipped loss with its target
+    network, V-trace scored with that target network, the learner.
+
+    ``loss_cls`` (default :class:`~rlkit.objectives.APPOLoss`) and ``estimator_cls`` (default
+    :class:`~rlkit.value.VTrace`): a subclass (or ``functools.partial`` of one) built in their
+    place with exactly the recipe's arguments, ``loss_cls(actor, critic, tau=,
+    target_update_freq=, clip_epsilon=, entropy_coef=, value_coef=, value_clip_epsilon=,
+    normalize_advantage=)`` and ``estimator_cls(gamma=, actor=, target_actor=
+    loss.target_actor.module, lmbda=, rho_clip=, c_clip=, pg_rho_clip=, adv_mode=,
+    value_network=critic)``; everything else is built as the recipe builds it."""
     actor, critic, obs_norm = build_actor_critic(cfg, env)
-    loss = APPOLoss(
+    loss = make_part(
+        loss_cls,
+        APPOLoss,
         actor,
         critic,
         tau=cfg.tau,
@@ -93,8 +107,11 @@ def build(cfg: APPOConfig, env) -> APPOLearner:
         value_coef=cfg.value_coef,
         value_clip_epsilon=cfg.value_clip,
         normalize_advantage=cfg.normalize_advantage,
+        where="appo.build",
     )
-    estimator = VTrace(
+    estimator = make_part(
+        estimator_cls,
+        VTrace,
         gamma=cfg.gamma,
         actor=actor,
         target_actor=loss.target_actor.module,
@@ -104,6 +121,8 @@ def build(cfg: APPOConfig, env) -> APPOLearner:
         pg_rho_clip=cfg.pg_rho_clip,
         adv_mode=cfg.adv_mode,
         value_network=critic,
+        role="estimator_cls",
+        where="appo.build",
     )
     return APPOLearner(
         actor=actor, critic=critic, estimator=estimator, loss=loss, cfg=cfg, obs_norm=obs_norm
@@ -111,11 +130,12 @@ def build(cfg: APPOConfig, env) -> APPOLearner:
 
 
 # 6-7. collector, fit ------------------------------------------------------------------------
-def train(cfg: APPOConfig) -> dict:
+def train(cfg: APPOConfig, *, loss_cls=None, estimator_cls=None) -> dict:
     """Train APPO under a parsed ``cfg`` (what ``recipes/appo.py`` runs after its
-    flags); returns the run summary."""
+    flags); returns the run summary. ``loss_cls``, ``estimator_cls``: as for :func:`build`."""
     collector = worker_collector_factory(num_workers=cfg.workers, sync=cfg.sync_collect)
-    return run(cfg, build, algo="appo", make_collector=collector)
+    build_parts = partial(build, loss_cls=loss_cls, estimator_cls=estimator_cls)
+    return run(cfg, build_parts, algo="appo", make_collector=collector)
 
 
 def main(argv: list[str] | None = None) -> dict:

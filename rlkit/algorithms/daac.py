@@ -7,12 +7,14 @@ in the torch-free :mod:`rlkit.configs.daac` and are imported here under their ol
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 import torch
 from tensordict import TensorDictBase
 from torch import nn
 
+from rlkit.algorithms._parts import make_part
 from rlkit.algorithms.onpolicy import (
     PolicyGradientLearner,
     attach_intrinsic_from_config,
@@ -188,10 +190,31 @@ class DAACLearner(PolicyGradientLearner):
 
 
 # 2-5. networks, estimator, losses, learner --------------------------------------------------
-def build(cfg: DAACConfig, env) -> DAACLearner:
+def build(cfg: DAACConfig, env, *, loss_cls=None, estimator_cls=None) -> DAACLearner:
+    """DAAC's learner for ``cfg`` on ``env``: networks, GAE with the value network, the
+    policy and value losses, the learner and ``--intrinsic``'s bonus.
+
+    ``loss_cls`` (the policy network's loss; default :class:`~rlkit.objectives.daac.DAACLoss`)
+    and ``estimator_cls`` (default :class:`~rlkit.value.GAE`): a subclass (or
+    ``functools.partial`` of one) built in their place with exactly the recipe's arguments,
+    ``loss_cls(actor, advantage_head, clip_epsilon=, entropy_coef=, adv_coef=,
+    normalize_advantage=, advantage_target=, advantage_norm=)`` and ``estimator_cls(gamma=,
+    lmbda=, value_network=critic)``; the value network's
+    :class:`~rlkit.objectives.daac.DAACValueLoss` and everything else are built as the recipe
+    builds them."""
     nets = build_daac_networks(cfg, env)
-    estimator = GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=nets.critic)
-    loss = DAACLoss(
+    estimator = make_part(
+        estimator_cls,
+        GAE,
+        gamma=cfg.gamma,
+        lmbda=cfg.gae_lambda,
+        value_network=nets.critic,
+        role="estimator_cls",
+        where="daac.build",
+    )
+    loss = make_part(
+        loss_cls,
+        DAACLoss,
         nets.actor,
         nets.advantage_head,
         clip_epsilon=cfg.clip_epsilon,
@@ -200,6 +223,7 @@ def build(cfg: DAACConfig, env) -> DAACLearner:
         normalize_advantage=cfg.normalize_advantage,
         advantage_target=cfg.advantage_target,
         advantage_norm=cfg.advantage_norm,
+        where="daac.build",
     )
     value_loss = DAACValueLoss(
         nets.critic, value_coef=cfg.value_coef, value_clip_epsilon=cfg.value_clip
@@ -217,10 +241,11 @@ def build(cfg: DAACConfig, env) -> DAACLearner:
 
 
 # 6. fit -------------------------------------------------------------------------------------
-def train(cfg: DAACConfig) -> dict:
+def train(cfg: DAACConfig, *, loss_cls=None, estimator_cls=None) -> dict:
     """Train DAAC under a parsed ``cfg`` (what ``recipes/daac.py`` runs after its
-    flags); returns the run summary."""
-    return run(cfg, build, algo="daac")
+    flags); returns the run summary. ``loss_cls``, ``estimator_cls``: as for :func:`build`."""
+    build_parts = partial(build, loss_cls=loss_cls, estimator_cls=estimator_cls)
+    return run(cfg, build_parts, algo="daac")
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -7,6 +7,7 @@ imported here under their old names.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import torch
@@ -14,6 +15,7 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from rlkit import keys
+from rlkit.algorithms._parts import make_part
 from rlkit.algorithms.offpolicy import (
     OffPolicyConfig,
     OffPolicyLearner,
@@ -123,7 +125,15 @@ def q_network(
 
 
 # 2-4. network, loss, learner ----------------------------------------------------------------
-def build(cfg: DQNConfig, env) -> DQNLearner:
+def build(cfg: DQNConfig, env, *, loss_cls=None) -> DQNLearner:
+    """DQN's learner for ``cfg`` on ``env``: the Q network, the loss (with its target
+    network), the learner.
+
+    ``loss_cls`` (default :class:`~rlkit.objectives.DQNLoss`): a subclass (or
+    ``functools.partial`` of one) built in its place with exactly the recipe's arguments,
+    ``loss_cls(q_network, gamma=, loss_type=, double_dqn=, n_steps=, target_update=,
+    target_period=, tau=, priority_weights=)``. There is no ``estimator_cls``: DQN's target
+    (the n-step bootstrap from the target network) is part of its loss."""
     info = action_kind(env.action_spec, batch_shape=tuple(env.batch_size))
     if info.kind == "continuous":
         raise ValueError(
@@ -139,7 +149,9 @@ def build(cfg: DQNConfig, env) -> DQNLearner:
         feature_dim=cfg.feature_dim,
         init=cfg.init,
     )
-    loss = DQNLoss(
+    loss = make_part(
+        loss_cls,
+        DQNLoss,
         q,
         gamma=cfg.gamma,
         loss_type=cfg.loss,
@@ -149,6 +161,7 @@ def build(cfg: DQNConfig, env) -> DQNLearner:
         target_period=cfg.target_update_period,
         tau=cfg.tau,
         priority_weights=cfg.priority_weight_norm if cfg.prioritized else None,
+        where="dqn.build",
     )
     return DQNLearner(
         cfg=cfg, loss=loss, action_spec=env.action_spec_unbatched, epsilon=cfg.epsilon
@@ -156,10 +169,11 @@ def build(cfg: DQNConfig, env) -> DQNLearner:
 
 
 # 5. fit -------------------------------------------------------------------------------------
-def train(cfg: DQNConfig) -> dict:
+def train(cfg: DQNConfig, *, loss_cls=None) -> dict:
     """Train DQN under a parsed ``cfg`` (what ``recipes/dqn.py`` runs after its
-    flags); returns the run summary."""
-    return run(cfg, build, algo="dqn", make_collector=make_collector)
+    flags); returns the run summary. ``loss_cls``: as for :func:`build`."""
+    build_parts = partial(build, loss_cls=loss_cls)
+    return run(cfg, build_parts, algo="dqn", make_collector=make_collector)
 
 
 def main(argv: list[str] | None = None) -> dict:

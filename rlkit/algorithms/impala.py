@@ -7,10 +7,13 @@ here under their old names.
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from tensordict import TensorDictBase
 
 from rlkit import keys
+from rlkit.algorithms._parts import make_part
 from rlkit.algorithms.onpolicy import PolicyGradientLearner, build_actor_critic
 from rlkit.configs import impala as _config
 from rlkit.configs.impala import (  # noqa: F401 (VTraceConfig re-exported)
@@ -98,9 +101,18 @@ class IMPALALearner(PolicyGradientLearner):
 
 
 # 2-4. networks, loss, learner ---------------------------------------------------------------
-def build(cfg: IMPALAConfig, env) -> IMPALALearner:
+def build(cfg: IMPALAConfig, env, *, loss_cls=None) -> IMPALALearner:
+    """IMPALA's learner for ``cfg`` on ``env``: networks, the V-trace loss, the learner.
+
+    ``loss_cls`` (default :class:`~rlkit.objectives.IMPALALoss`): a subclass (or
+    ``functools.partial`` of one) built in its place with exactly the recipe's arguments,
+    ``loss_cls(actor, critic, gamma=, vtrace_lambda=, rho_clip=, c_clip=, pg_rho_clip=,
+    adv_mode=, entropy_coef=, value_coef=, reduction=, normalize_advantage=)``. There is no
+    ``estimator_cls``: IMPALA has no separate estimator, its loss computes V-trace itself."""
     actor, critic, obs_norm = build_actor_critic(cfg, env)
-    loss = IMPALALoss(
+    loss = make_part(
+        loss_cls,
+        IMPALALoss,
         actor,
         critic,
         gamma=cfg.gamma,
@@ -113,16 +125,17 @@ def build(cfg: IMPALAConfig, env) -> IMPALALearner:
         value_coef=cfg.value_coef,
         reduction=cfg.reduction,
         normalize_advantage=cfg.normalize_advantage,
+        where="impala.build",
     )
     return IMPALALearner(actor=actor, critic=critic, loss=loss, cfg=cfg, obs_norm=obs_norm)
 
 
 # 5-6. collector, fit ------------------------------------------------------------------------
-def train(cfg: IMPALAConfig) -> dict:
+def train(cfg: IMPALAConfig, *, loss_cls=None) -> dict:
     """Train IMPALA under a parsed ``cfg`` (what ``recipes/impala.py`` runs after its
-    flags); returns the run summary."""
+    flags); returns the run summary. ``loss_cls``: as for :func:`build`."""
     collector = worker_collector_factory(num_workers=cfg.workers, sync=cfg.sync_collect)
-    return run(cfg, build, algo="impala", make_collector=collector)
+    return run(cfg, partial(build, loss_cls=loss_cls), algo="impala", make_collector=collector)
 
 
 def main(argv: list[str] | None = None) -> dict:

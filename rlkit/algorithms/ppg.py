@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -15,6 +16,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from rlkit import keys
+from rlkit.algorithms._parts import make_part
 from rlkit.algorithms.onpolicy import (
     PolicyGradientLearner,
     attach_intrinsic_from_config,
@@ -323,10 +325,30 @@ def build_ppg_networks(cfg: PPGConfig, env) -> PPGNetworks:
 
 
 # 2-5. networks, estimator, losses, learner --------------------------------------------------
-def build(cfg: PPGConfig, env) -> PPGLearner:
+def build(cfg: PPGConfig, env, *, loss_cls=None, estimator_cls=None) -> PPGLearner:
+    """PPG's learner for ``cfg`` on ``env``: networks, GAE, the policy phase's clipped loss,
+    the auxiliary loss, the learner and ``--intrinsic``'s bonus.
+
+    ``loss_cls`` (the policy phase's loss; default :class:`~rlkit.objectives.PPOLoss`) and
+    ``estimator_cls`` (default :class:`~rlkit.value.GAE`): a subclass (or
+    ``functools.partial`` of one) built in their place with exactly the recipe's arguments,
+    ``loss_cls(actor, critic, clip_epsilon=, entropy_coef=, value_coef=, value_clip_epsilon=,
+    normalize_advantage=)`` and ``estimator_cls(gamma=, lmbda=, value_network=critic)``; the
+    auxiliary phase's :class:`~rlkit.objectives.PPGAuxLoss` and everything else are built as
+    the recipe builds them."""
     nets = build_ppg_networks(cfg, env)
-    estimator = GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=nets.critic)
-    loss = PPOLoss(
+    estimator = make_part(
+        estimator_cls,
+        GAE,
+        gamma=cfg.gamma,
+        lmbda=cfg.gae_lambda,
+        value_network=nets.critic,
+        role="estimator_cls",
+        where="ppg.build",
+    )
+    loss = make_part(
+        loss_cls,
+        PPOLoss,
         nets.actor,
         nets.critic,
         clip_epsilon=cfg.clip_epsilon,
@@ -334,6 +356,7 @@ def build(cfg: PPGConfig, env) -> PPGLearner:
         value_coef=cfg.value_coef,
         value_clip_epsilon=cfg.value_clip,
         normalize_advantage=cfg.normalize_advantage and not cfg.full_batch_advantage_norm,
+        where="ppg.build",
     )
     aux_loss = PPGAuxLoss(
         nets.actor,
@@ -357,10 +380,11 @@ def build(cfg: PPGConfig, env) -> PPGLearner:
 
 
 # 6. fit -------------------------------------------------------------------------------------
-def train(cfg: PPGConfig) -> dict:
+def train(cfg: PPGConfig, *, loss_cls=None, estimator_cls=None) -> dict:
     """Train PPG under a parsed ``cfg`` (what ``recipes/ppg.py`` runs after its
-    flags); returns the run summary."""
-    return run(cfg, build, algo="ppg")
+    flags); returns the run summary. ``loss_cls``, ``estimator_cls``: as for :func:`build`."""
+    build_parts = partial(build, loss_cls=loss_cls, estimator_cls=estimator_cls)
+    return run(cfg, build_parts, algo="ppg")
 
 
 def main(argv: list[str] | None = None) -> dict:

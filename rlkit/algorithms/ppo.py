@@ -6,6 +6,9 @@ in the torch-free :mod:`rlkit.configs.ppo` and are imported here under their old
 
 from __future__ import annotations
 
+from functools import partial
+
+from rlkit.algorithms._parts import make_part
 from rlkit.algorithms.critic import policy_gradient_learner
 from rlkit.algorithms.onpolicy import (
     PolicyGradientLearner,
@@ -20,15 +23,30 @@ from rlkit.value import GAE
 
 
 # 2-5. networks, estimator, loss, learner ----------------------------------------------------
-def build(cfg: PPOConfig, env) -> PolicyGradientLearner:
+def build(cfg: PPOConfig, env, *, loss_cls=None, estimator_cls=None) -> PolicyGradientLearner:
+    """PPO's learner for ``cfg`` on ``env``: networks, GAE, the clipped loss, the learner
+    (with a critic group under ``--value-*``) and ``--intrinsic``'s bonus.
+
+    ``loss_cls`` (default :class:`~rlkit.objectives.PPOLoss`) and ``estimator_cls`` (default
+    :class:`~rlkit.value.GAE`): a subclass (or ``functools.partial`` of one) built in their
+    place with exactly the recipe's arguments, ``loss_cls(actor, critic, clip_epsilon=,
+    entropy_coef=, value_coef=, value_clip_epsilon=, normalize_advantage=)`` and
+    ``estimator_cls(gamma=, lmbda=, value_network=critic, empirical_returns=)``; everything
+    else is built as the recipe builds it."""
     actor, critic, obs_norm = build_actor_critic(cfg, env)
-    estimator = GAE(
+    estimator = make_part(
+        estimator_cls,
+        GAE,
         gamma=cfg.gamma,
         lmbda=cfg.gae_lambda,
         value_network=critic,
         empirical_returns=getattr(cfg, "empirical_returns", False),
+        role="estimator_cls",
+        where="ppo.build",
     )
-    loss = PPOLoss(
+    loss = make_part(
+        loss_cls,
+        PPOLoss,
         actor,
         critic,
         clip_epsilon=cfg.clip_epsilon,
@@ -36,6 +54,7 @@ def build(cfg: PPOConfig, env) -> PolicyGradientLearner:
         value_coef=cfg.value_coef,
         value_clip_epsilon=cfg.value_clip,
         normalize_advantage=cfg.normalize_advantage,
+        where="ppo.build",
     )
     learner = policy_gradient_learner(
         cfg,
@@ -53,10 +72,11 @@ def build(cfg: PPOConfig, env) -> PolicyGradientLearner:
 
 
 # 6. fit -------------------------------------------------------------------------------------
-def train(cfg: PPOConfig) -> dict:
+def train(cfg: PPOConfig, *, loss_cls=None, estimator_cls=None) -> dict:
     """Train PPO under a parsed ``cfg`` (what ``recipes/ppo.py`` runs after its
-    flags); returns the run summary."""
-    return run(cfg, build, algo="ppo")
+    flags); returns the run summary. ``loss_cls``, ``estimator_cls``: as for :func:`build`."""
+    build_parts = partial(build, loss_cls=loss_cls, estimator_cls=estimator_cls)
+    return run(cfg, build_parts, algo="ppo")
 
 
 def main(argv: list[str] | None = None) -> dict:

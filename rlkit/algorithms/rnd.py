@@ -28,6 +28,9 @@ rank holds the same statistics and the same parameters.
 
 from __future__ import annotations
 
+from functools import partial
+
+from rlkit.algorithms._parts import make_part
 from rlkit.algorithms.onpolicy import PolicyGradientLearner, build_actor_critic
 from rlkit.configs import rnd as _config
 from rlkit.configs.rnd import PRESETS, RNDConfig
@@ -65,13 +68,30 @@ def build_bonus(cfg: RNDConfig, env) -> RNDReward:
 
 
 # 4-6. estimator, loss, learner --------------------------------------------------------------
-def build(cfg: RNDConfig, env) -> PolicyGradientLearner:
+def build(cfg: RNDConfig, env, *, loss_cls=None, estimator_cls=None) -> PolicyGradientLearner:
     """PPO's learner (actor, critic, GAE, clipped loss) with :func:`build_bonus` attached at
     ``--ext-coef`` / ``--int-coef`` (``--int-coef 0``: the same agent, its bonus trained but
-    not learned from; ``--ext-coef 0``: exploration alone) and ``--predictor-lr``."""
+    not learned from; ``--ext-coef 0``: exploration alone) and ``--predictor-lr``.
+
+    ``loss_cls`` (default :class:`~rlkit.objectives.PPOLoss`) and ``estimator_cls`` (the
+    extrinsic estimator; default :class:`~rlkit.value.GAE`): a subclass (or
+    ``functools.partial`` of one) built in their place with exactly the recipe's arguments,
+    ``loss_cls(actor, critic, clip_epsilon=, entropy_coef=, value_coef=, value_clip_epsilon=,
+    normalize_advantage=)`` and ``estimator_cls(gamma=, lmbda=, value_network=critic)``; the
+    bonus and everything else are built as the recipe builds them."""
     actor, critic, obs_norm = build_actor_critic(cfg, env)
-    estimator = GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic)
-    loss = PPOLoss(
+    estimator = make_part(
+        estimator_cls,
+        GAE,
+        gamma=cfg.gamma,
+        lmbda=cfg.gae_lambda,
+        value_network=critic,
+        role="estimator_cls",
+        where="rnd.build",
+    )
+    loss = make_part(
+        loss_cls,
+        PPOLoss,
         actor,
         critic,
         clip_epsilon=cfg.clip_epsilon,
@@ -79,6 +99,7 @@ def build(cfg: RNDConfig, env) -> PolicyGradientLearner:
         value_coef=cfg.value_coef,
         value_clip_epsilon=cfg.value_clip,
         normalize_advantage=cfg.normalize_advantage,
+        where="rnd.build",
     )
     learner = PolicyGradientLearner(
         algo="rnd",
@@ -97,10 +118,11 @@ def build(cfg: RNDConfig, env) -> PolicyGradientLearner:
 
 
 # 7. fit -------------------------------------------------------------------------------------
-def train(cfg: RNDConfig) -> dict:
+def train(cfg: RNDConfig, *, loss_cls=None, estimator_cls=None) -> dict:
     """Train RND-PPO under a parsed ``cfg`` (what ``recipes/rnd.py`` runs after its
-    flags); returns the run summary."""
-    return run(cfg, build, algo="rnd")
+    flags); returns the run summary. ``loss_cls``, ``estimator_cls``: as for :func:`build`."""
+    build_parts = partial(build, loss_cls=loss_cls, estimator_cls=estimator_cls)
+    return run(cfg, build_parts, algo="rnd")
 
 
 def main(argv: list[str] | None = None) -> dict:

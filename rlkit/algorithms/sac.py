@@ -7,11 +7,13 @@ in the torch-free :mod:`rlkit.configs.sac` and are imported here under their old
 from __future__ import annotations
 
 import inspect
+from functools import partial
 from typing import Any
 
 from tensordict import TensorDictBase
 from torch import nn
 
+from rlkit.algorithms._parts import make_part
 from rlkit.algorithms.offpolicy import (
     OffPolicyConfig,
     OffPolicyLearner,
@@ -173,7 +175,17 @@ def sac_networks(
     return actor, q1, q2
 
 
-def build(cfg: SACConfig, env) -> SACLearner:
+def build(cfg: SACConfig, env, *, loss_cls=None) -> SACLearner:
+    """SAC's learner for ``cfg`` on ``env``: actor and twin critics, the loss (with its
+    targets and temperature), the learner.
+
+    ``loss_cls`` (default :class:`~rlkit.objectives.SACLoss` for continuous actions,
+    :class:`~rlkit.objectives.DiscreteSACLoss` for discrete ones): a subclass of that class
+    (or ``functools.partial`` of one) built in its place with exactly the recipe's
+    arguments, ``loss_cls(actor, q1, q2, gamma=, tau=, target_period=, alpha_init=,
+    learn_alpha=, target_entropy=, n_steps=, priority_weights=)``; add a term by overriding
+    ``critic_terms`` or ``actor_terms`` (:class:`SACLearner`). There is no
+    ``estimator_cls``: SAC's soft target is part of its loss."""
     info = action_kind(env.action_spec, batch_shape=tuple(env.batch_size))
     actor, q1, q2 = sac_networks(
         env,
@@ -183,7 +195,9 @@ def build(cfg: SACConfig, env) -> SACLearner:
         feature_dim=cfg.feature_dim,
     )
     loss_class = SACLoss if info.kind == "continuous" else DiscreteSACLoss
-    loss = loss_class(
+    loss = make_part(
+        loss_cls,
+        loss_class,
         actor,
         q1,
         q2,
@@ -195,6 +209,7 @@ def build(cfg: SACConfig, env) -> SACLearner:
         target_entropy=cfg.target_entropy,
         n_steps=cfg.n_steps,
         priority_weights=cfg.priority_weight_norm if cfg.prioritized else None,
+        where=f"sac.build ({info.kind} actions)",
     )
     return SACLearner(
         cfg=cfg,
@@ -207,10 +222,11 @@ def build(cfg: SACConfig, env) -> SACLearner:
 
 
 # 5. fit -------------------------------------------------------------------------------------
-def train(cfg: SACConfig) -> dict:
+def train(cfg: SACConfig, *, loss_cls=None) -> dict:
     """Train SAC under a parsed ``cfg`` (what ``recipes/sac.py`` runs after its
-    flags); returns the run summary."""
-    return run(cfg, build, algo="sac", make_collector=make_collector)
+    flags); returns the run summary. ``loss_cls``: as for :func:`build`."""
+    build_parts = partial(build, loss_cls=loss_cls)
+    return run(cfg, build_parts, algo="sac", make_collector=make_collector)
 
 
 def main(argv: list[str] | None = None) -> dict:

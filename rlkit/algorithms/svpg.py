@@ -7,6 +7,7 @@ in the torch-free :mod:`rlkit.configs.svpg` and are imported here under their ol
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from tensordict import TensorDictBase
 from torch import Tensor, nn
 
 from rlkit import keys
+from rlkit.algorithms._parts import make_part
 from rlkit.algorithms.onpolicy import make_optimizer
 from rlkit.configs import svpg as _config
 from rlkit.configs.svpg import PRESETS, SVPGConfig
@@ -315,24 +317,53 @@ class SVPGLearner(Learner):
 
 
 # 2-5. networks, estimator, loss, learner ----------------------------------------------------
-def particle_loss(cfg: SVPGConfig, actor: nn.Module, critic: nn.Module) -> nn.Module:
+def particle_loss(
+    cfg: SVPGConfig, actor: nn.Module, critic: nn.Module, *, loss_cls=None
+) -> nn.Module:
     """The particles' own loss (``--particle``): ``A2CLoss``, or ``PPOLoss`` with the clip
     range ``cfg.clip_range``. Advantages are standardised per particle by the learner
-    (``--normalize-advantage``), never by the loss, whose batch mixes the particles."""
+    (``--normalize-advantage``), never by the loss, whose batch mixes the particles.
+    ``loss_cls``: a subclass of that class (or ``functools.partial`` of one) built in its
+    place with the same arguments (:func:`build`)."""
     terms = dict(entropy_coef=cfg.entropy_coef, value_coef=cfg.value_coef)
     if cfg.particle == "ppo":
-        return PPOLoss(
-            actor, critic, clip_epsilon=cfg.clip_range, normalize_advantage=False, **terms
+        return make_part(
+            loss_cls,
+            PPOLoss,
+            actor,
+            critic,
+            clip_epsilon=cfg.clip_range,
+            normalize_advantage=False,
+            **terms,
+            where="svpg.build (--particle ppo)",
         )
-    return A2CLoss(actor, critic, **terms)
+    return make_part(loss_cls, A2CLoss, actor, critic, **terms, where="svpg.build")
 
 
-def build(cfg: SVPGConfig, env) -> SVPGLearner:
+def build(cfg: SVPGConfig, env, *, loss_cls=None, estimator_cls=None) -> SVPGLearner:
+    """SVPG's learner for ``cfg`` on ``env``: the particles' stacked networks, GAE, the
+    particles' loss, one optimiser and the Stein step.
+
+    ``loss_cls`` (default :class:`~rlkit.objectives.A2CLoss`, with ``--particle ppo``
+    :class:`~rlkit.objectives.PPOLoss`) and ``estimator_cls`` (default
+    :class:`~rlkit.value.GAE`): a subclass (or ``functools.partial`` of one) built in their
+    place with exactly the recipe's arguments, ``loss_cls(actor, critic, entropy_coef=,
+    value_coef=)`` (with ``--particle ppo`` also ``clip_epsilon=``,
+    ``normalize_advantage=False``) and ``estimator_cls(gamma=, lmbda=, value_network=critic)``;
+    everything else is built as the recipe builds it."""
     actor, critic = build_particles(
         env, num_particles=cfg.particles, hidden=cfg.hidden, activation=cfg.activation
     )
-    estimator = GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic)
-    loss = particle_loss(cfg, actor, critic)
+    estimator = make_part(
+        estimator_cls,
+        GAE,
+        gamma=cfg.gamma,
+        lmbda=cfg.gae_lambda,
+        value_network=critic,
+        role="estimator_cls",
+        where="svpg.build",
+    )
+    loss = particle_loss(cfg, actor, critic, loss_cls=loss_cls)
     optimizer = make_optimizer(cfg, [*actor.parameters(), *critic.parameters()])
     return SVPGLearner(
         actor=actor,
@@ -352,10 +383,11 @@ def build(cfg: SVPGConfig, env) -> SVPGLearner:
 
 
 # 6. fit -------------------------------------------------------------------------------------
-def train(cfg: SVPGConfig) -> dict:
+def train(cfg: SVPGConfig, *, loss_cls=None, estimator_cls=None) -> dict:
     """Train SVPG under a parsed ``cfg`` (what ``recipes/svpg.py`` runs after its
-    flags); returns the run summary."""
-    return run(cfg, build, algo="svpg")
+    flags); returns the run summary. ``loss_cls``, ``estimator_cls``: as for :func:`build`."""
+    build_parts = partial(build, loss_cls=loss_cls, estimator_cls=estimator_cls)
+    return run(cfg, build_parts, algo="svpg")
 
 
 #: the ``format`` entry of a per-particle file (:meth:`SVPGLearner.snapshot_files`)
