@@ -19,7 +19,7 @@ from rlkit.objectives import A2CLoss, PPOLoss
 from rlkit.training import run
 from rlkit.training.cli import parse
 
-QUIET = ["--eval-every", "0", "--progress", "false"]
+QUIET = ["--eval-every", "0", "--eval-episodes", "2", "--progress", "false"]
 
 
 # the acceptance case: a PPOLoss subclass with an extra term, through ppo.build ----------------
@@ -47,7 +47,8 @@ def test_a_ppo_loss_subclass_trains_with_the_recipes_flags_and_preset(tmp_path):
     from rlkit.algorithms import ppo
 
     argv = ["--env", "Pendulum-v1", "--entropy-coef", "0.05", "--value-lr", "5e-4"]
-    argv += ["--total-frames", "4096", "--run-dir", str(tmp_path), *QUIET]
+    # one batch of the preset's 4 x 1024 frames, one epoch over it (kept short)
+    argv += ["--total-frames", "4096", "--epochs", "1", "--run-dir", str(tmp_path), *QUIET]
     cfg = parse("ppo", argv)
     built = []
 
@@ -89,6 +90,7 @@ def test_a_ppo_loss_subclass_trains_with_the_recipes_flags_and_preset(tmp_path):
     assert recorded["value_lr"] == 0.0005
     assert recorded["gamma"] == 0.9 and recorded["normalize_obs"] is True
     assert recorded["num_envs"] == 4 and recorded["rollout_steps"] == 1024
+    assert recorded["epochs"] == 1
 
 
 def test_train_passes_the_loss_class_through(tmp_path):
