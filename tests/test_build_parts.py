@@ -111,6 +111,19 @@ def test_train_passes_the_loss_class_through(tmp_path):
     assert float(_metrics(tmp_path)[0]["loss_entropy"]) != 0.0
 
 
+def test_intrinsic_and_empirical_returns_act_with_a_loss_of_ones_own():
+    """The flags a copied build used to drop: the bonus is attached, the estimator regresses
+    on the empirical return."""
+    from rlkit.algorithms import ppo
+
+    cfg = parse("ppo", ["--intrinsic", "rnd", "--empirical-returns", "true"])
+    env = make_env(cfg.env, num_envs=cfg.num_envs, seed=0)
+    learner = ppo.build(cfg, env, loss_cls=LogProbPenaltyPPOLoss)
+    assert type(learner.loss) is LogProbPenaltyPPOLoss
+    assert learner.intrinsic is not None and "intrinsic_optimizer" in learner.optimizers()
+    assert learner.estimator.empirical_returns is True
+
+
 # every algorithm: the class given receives the arguments of the recipe's own ----------------
 # (algorithm, flags, the loss class's name in the module, the estimator's or None, a flag's
 # value each of them must receive: {keyword: value})
