@@ -68,11 +68,11 @@ def build(cfg: A2CConfig, env, *, loss_cls=None, estimator_cls=None) -> PolicyGr
 
 
 # 6. fit -------------------------------------------------------------------------------------
-def train(cfg: A2CConfig, *, loss_cls=None, estimator_cls=None) -> dict:
+def train(cfg: A2CConfig, *, env=None, loss_cls=None, estimator_cls=None) -> dict:
     """Train A2C under a parsed ``cfg`` (what ``recipes/a2c.py`` runs after its
     flags); returns the run summary. ``loss_cls``, ``estimator_cls``: as for :func:`build`."""
     build_parts = partial(build, loss_cls=loss_cls, estimator_cls=estimator_cls)
-    return run(cfg, build_parts, algo="a2c")
+    return run(cfg, build_parts, algo="a2c", env=env)
 
 
 def main(argv: list[str] | None = None) -> dict:

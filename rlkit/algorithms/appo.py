@@ -130,12 +130,12 @@ def build(cfg: APPOConfig, env, *, loss_cls=None, estimator_cls=None) -> APPOLea
 
 
 # 6-7. collector, fit ------------------------------------------------------------------------
-def train(cfg: APPOConfig, *, loss_cls=None, estimator_cls=None) -> dict:
+def train(cfg: APPOConfig, *, env=None, loss_cls=None, estimator_cls=None) -> dict:
     """Train APPO under a parsed ``cfg`` (what ``recipes/appo.py`` runs after its
     flags); returns the run summary. ``loss_cls``, ``estimator_cls``: as for :func:`build`."""
     collector = worker_collector_factory(num_workers=cfg.workers, sync=cfg.sync_collect)
     build_parts = partial(build, loss_cls=loss_cls, estimator_cls=estimator_cls)
-    return run(cfg, build_parts, algo="appo", make_collector=collector)
+    return run(cfg, build_parts, algo="appo", env=env, make_collector=collector)
 
 
 def main(argv: list[str] | None = None) -> dict:

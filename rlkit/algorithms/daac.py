@@ -241,11 +241,11 @@ def build(cfg: DAACConfig, env, *, loss_cls=None, estimator_cls=None) -> DAACLea
 
 
 # 6. fit -------------------------------------------------------------------------------------
-def train(cfg: DAACConfig, *, loss_cls=None, estimator_cls=None) -> dict:
+def train(cfg: DAACConfig, *, env=None, loss_cls=None, estimator_cls=None) -> dict:
     """Train DAAC under a parsed ``cfg`` (what ``recipes/daac.py`` runs after its
     flags); returns the run summary. ``loss_cls``, ``estimator_cls``: as for :func:`build`."""
     build_parts = partial(build, loss_cls=loss_cls, estimator_cls=estimator_cls)
-    return run(cfg, build_parts, algo="daac")
+    return run(cfg, build_parts, algo="daac", env=env)
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -169,11 +169,11 @@ def build(cfg: DQNConfig, env, *, loss_cls=None) -> DQNLearner:
 
 
 # 5. fit -------------------------------------------------------------------------------------
-def train(cfg: DQNConfig, *, loss_cls=None) -> dict:
+def train(cfg: DQNConfig, *, env=None, loss_cls=None) -> dict:
     """Train DQN under a parsed ``cfg`` (what ``recipes/dqn.py`` runs after its
     flags); returns the run summary. ``loss_cls``: as for :func:`build`."""
     build_parts = partial(build, loss_cls=loss_cls)
-    return run(cfg, build_parts, algo="dqn", make_collector=make_collector)
+    return run(cfg, build_parts, algo="dqn", env=env, make_collector=make_collector)
 
 
 def main(argv: list[str] | None = None) -> dict:

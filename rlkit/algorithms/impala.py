@@ -131,11 +131,12 @@ def build(cfg: IMPALAConfig, env, *, loss_cls=None) -> IMPALALearner:
 
 
 # 5-6. collector, fit ------------------------------------------------------------------------
-def train(cfg: IMPALAConfig, *, loss_cls=None) -> dict:
+def train(cfg: IMPALAConfig, *, env=None, loss_cls=None) -> dict:
     """Train IMPALA under a parsed ``cfg`` (what ``recipes/impala.py`` runs after its
     flags); returns the run summary. ``loss_cls``: as for :func:`build`."""
     collector = worker_collector_factory(num_workers=cfg.workers, sync=cfg.sync_collect)
-    return run(cfg, partial(build, loss_cls=loss_cls), algo="impala", make_collector=collector)
+    build_parts = partial(build, loss_cls=loss_cls)
+    return run(cfg, build_parts, algo="impala", env=env, make_collector=collector)
 
 
 def main(argv: list[str] | None = None) -> dict:

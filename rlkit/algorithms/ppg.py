@@ -380,11 +380,11 @@ def build(cfg: PPGConfig, env, *, loss_cls=None, estimator_cls=None) -> PPGLearn
 
 
 # 6. fit -------------------------------------------------------------------------------------
-def train(cfg: PPGConfig, *, loss_cls=None, estimator_cls=None) -> dict:
+def train(cfg: PPGConfig, *, env=None, loss_cls=None, estimator_cls=None) -> dict:
     """Train PPG under a parsed ``cfg`` (what ``recipes/ppg.py`` runs after its
     flags); returns the run summary. ``loss_cls``, ``estimator_cls``: as for :func:`build`."""
     build_parts = partial(build, loss_cls=loss_cls, estimator_cls=estimator_cls)
-    return run(cfg, build_parts, algo="ppg")
+    return run(cfg, build_parts, algo="ppg", env=env)
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -72,11 +72,11 @@ def build(cfg: PPOConfig, env, *, loss_cls=None, estimator_cls=None) -> PolicyGr
 
 
 # 6. fit -------------------------------------------------------------------------------------
-def train(cfg: PPOConfig, *, loss_cls=None, estimator_cls=None) -> dict:
+def train(cfg: PPOConfig, *, env=None, loss_cls=None, estimator_cls=None) -> dict:
     """Train PPO under a parsed ``cfg`` (what ``recipes/ppo.py`` runs after its
     flags); returns the run summary. ``loss_cls``, ``estimator_cls``: as for :func:`build`."""
     build_parts = partial(build, loss_cls=loss_cls, estimator_cls=estimator_cls)
-    return run(cfg, build_parts, algo="ppo")
+    return run(cfg, build_parts, algo="ppo", env=env)
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -118,11 +118,11 @@ def build(cfg: RNDConfig, env, *, loss_cls=None, estimator_cls=None) -> PolicyGr
 
 
 # 7. fit -------------------------------------------------------------------------------------
-def train(cfg: RNDConfig, *, loss_cls=None, estimator_cls=None) -> dict:
+def train(cfg: RNDConfig, *, env=None, loss_cls=None, estimator_cls=None) -> dict:
     """Train RND-PPO under a parsed ``cfg`` (what ``recipes/rnd.py`` runs after its
     flags); returns the run summary. ``loss_cls``, ``estimator_cls``: as for :func:`build`."""
     build_parts = partial(build, loss_cls=loss_cls, estimator_cls=estimator_cls)
-    return run(cfg, build_parts, algo="rnd")
+    return run(cfg, build_parts, algo="rnd", env=env)
 
 
 def main(argv: list[str] | None = None) -> dict:

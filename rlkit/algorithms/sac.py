@@ -222,11 +222,11 @@ def build(cfg: SACConfig, env, *, loss_cls=None) -> SACLearner:
 
 
 # 5. fit -------------------------------------------------------------------------------------
-def train(cfg: SACConfig, *, loss_cls=None) -> dict:
+def train(cfg: SACConfig, *, env=None, loss_cls=None) -> dict:
     """Train SAC under a parsed ``cfg`` (what ``recipes/sac.py`` runs after its
     flags); returns the run summary. ``loss_cls``: as for :func:`build`."""
     build_parts = partial(build, loss_cls=loss_cls)
-    return run(cfg, build_parts, algo="sac", make_collector=make_collector)
+    return run(cfg, build_parts, algo="sac", env=env, make_collector=make_collector)
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -383,11 +383,11 @@ def build(cfg: SVPGConfig, env, *, loss_cls=None, estimator_cls=None) -> SVPGLea
 
 
 # 6. fit -------------------------------------------------------------------------------------
-def train(cfg: SVPGConfig, *, loss_cls=None, estimator_cls=None) -> dict:
+def train(cfg: SVPGConfig, *, env=None, loss_cls=None, estimator_cls=None) -> dict:
     """Train SVPG under a parsed ``cfg`` (what ``recipes/svpg.py`` runs after its
     flags); returns the run summary. ``loss_cls``, ``estimator_cls``: as for :func:`build`."""
     build_parts = partial(build, loss_cls=loss_cls, estimator_cls=estimator_cls)
-    return run(cfg, build_parts, algo="svpg")
+    return run(cfg, build_parts, algo="svpg", env=env)
 
 
 #: the ``format`` entry of a per-particle file (:meth:`SVPGLearner.snapshot_files`)

@@ -87,7 +87,12 @@ _TRANSFORM_ORDER = (
 
 
 class UnsupportedEnvError(ValueError):
-    """The env or policy needs a TorchRL feature :class:`VectorEnvCollector` does not copy."""
+    """The env or policy needs a TorchRL feature :class:`VectorEnvCollector` does not copy.
+    ``what``: that feature, in a few words."""
+
+    def __init__(self, message: str, what: str = "") -> None:
+        super().__init__(message)
+        self.what = what or message
 
 
 @dataclass
@@ -127,7 +132,23 @@ class _State:
 def _unsupported(what: str) -> UnsupportedEnvError:
     return UnsupportedEnvError(
         f"VectorEnvCollector cannot copy {what}; use rlkit.data.collector.make_collector "
-        "(falls back to TorchRL's Collector) or torchrl.collectors.Collector"
+        "(falls back to TorchRL's Collector) or torchrl.collectors.Collector",
+        what,
+    )
+
+
+#: What the fallback costs: TorchRL's Collector against VectorEnvCollector on CartPole-v1
+#: (benchmarks/results/bench_collect.md: 1.9x-2.2x the frames/s, 8 or 32 envs, with and
+#: without normalisation; a TorchRL env batched by a SerialEnv, measured in docs/own_env.md,
+#: more)
+FALLBACK_COST = "about 2x fewer frames/s (CartPole: 1.9-2.2x, docs/own_env.md)"
+
+
+def fallback_message(what: str) -> str:
+    """The one line :func:`make_collector` logs when it falls back to TorchRL's Collector."""
+    return (
+        f"warning: collecting with TorchRL's Collector, not rlkit's VectorEnvCollector, "
+        f"for {what}: {FALLBACK_COST}"
     )
 
 
@@ -577,8 +598,9 @@ def make_collector(
 ) -> Any:
     """A :class:`VectorEnvCollector`, or TorchRL's ``Collector`` when the env needs it.
 
-    Same arguments and same batches either way; the fallback is logged at INFO level
-    with the reason (``logging.getLogger("rlkit.data.collector")``). Either way the policy's
+    Same arguments and same batches either way; the fallback logs one WARNING line, with
+    what in the env needs it and its cost (:func:`fallback_message`;
+    ``logging.getLogger("rlkit.data.collector")``, on stderr unless logging is set up). Either way the policy's
     actions are checked against the env's action spec first
     (:func:`rlkit.modules.check_env_compat`): an index-action actor on a one-hot env, a
     wrong action count or dimension, or different bounds raise
@@ -594,7 +616,10 @@ def make_collector(
             exploration_type=exploration_type,
         )
     except UnsupportedEnvError as err:
-        _log.info("falling back to torchrl's Collector: %s", err)
+        # one line, once per collector (a run builds one): WARNING reaches stderr without
+        # any logging set up (Python's last-resort handler), and is not a Python warning,
+        # which a test suite may turn into an error
+        _log.warning(fallback_message(err.what))
     # TorchRL's Collector would send misfit actions as they are
     check_env_compat(policy, env, device=device)
     from torchrl.collectors import Collector

@@ -21,6 +21,7 @@ return and step count agrees, every non-done step chains and no done step does.
 from __future__ import annotations
 
 import difflib
+import inspect
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -34,6 +35,7 @@ from torchrl.envs import (
     EnvBase,
     GymWrapper,
     RewardSum,
+    SerialEnv,
     SignTransform,
     StepCounter,
     Transform,
@@ -41,6 +43,7 @@ from torchrl.envs import (
 )
 
 from rlkit import keys
+from rlkit.envs.ids import factory_path, resolve_env
 from rlkit.envs.suites import register_suite, suite_make_kwargs, suite_of, suite_wrappers
 from rlkit.modules.normalization import ObservationNorm, RewardNorm
 
@@ -90,7 +93,10 @@ class _SyncVectorGymWrapper(GymWrapper):
 
 def _check_env_id(env_id: str) -> None:
     if not isinstance(env_id, str):
-        raise TypeError(f"env_id must be a gymnasium id string, got {type(env_id).__name__}")
+        raise TypeError(
+            f"env_id must be a gymnasium id string or an env factory (a callable returning an "
+            f"env), got {type(env_id).__name__}"
+        )
     register_suite(env_id)  # MinAtar/* and ALE/* ids, on first use (rlkit.envs.suites)
     try:
         gymnasium.spec(env_id)
@@ -214,7 +220,7 @@ def _check_args(num_envs: int, max_episode_steps: int | None, gamma: float) -> N
 
 
 def make_env(
-    env_id: str,
+    env_id: str | Callable[..., Any],
     *,
     num_envs: int = 1,
     seed: int | Sequence[int] | None = None,
@@ -255,7 +261,10 @@ def make_env(
     - ``action`` is read as int64 ``[N]`` for Discrete spaces, float32 ``[N, *A]`` for Box.
 
     Args:
-        env_id: a gymnasium id, e.g. ``"CartPole-v1"``.
+        env_id: a gymnasium id, e.g. ``"CartPole-v1"``; gymnasium's ``"module:Env-vN"``
+            (the module is imported first: it registers its ids); or an env factory, a
+            callable or its ``"module:qualname"`` (:mod:`rlkit.envs.ids`), see "Env
+            factories" below.
         num_envs: number of sub-environments, ``>= 1``.
         seed: seeds sub-env ``i`` with ``seed + i`` (gymnasium's convention) by one reset
             at construction; later resets continue the seeded generators, so equal seeds
@@ -292,8 +301,25 @@ def make_env(
     ``[N, 10, 10, C]`` in ``{0, 255}``, ALE ``[N, 4, 84, 84]`` stacked grayscale frames
     with sign-clipped training rewards (``keys.EPISODE_RETURN`` stays the raw score).
 
+    Env factories: a callable that returns a gymnasium env, a gymnasium vector env or a
+    TorchRL ``EnvBase``. Without a ``num_envs`` parameter it is called once per sub-env
+    (a gymnasium env's copies are stepped by one ``SyncVectorEnv`` as an id's are, so
+    :class:`~rlkit.data.collector.VectorEnvCollector` steps them; an ``EnvBase``'s by one
+    TorchRL ``SerialEnv``); with one, once, as ``factory(num_envs=N)``, and must return
+    that many (a gymnasium vector env with ``autoreset_mode`` ``DISABLED`` or a batched
+    ``EnvBase`` of batch size ``[N]``). A factory with a ``seed`` parameter is called with
+    its sub-env's seed (``seed + i``, or ``seed[i]``; the first one for ``num_envs``
+    factories); either way every sub-env is then seeded as an id's is: gymnasium's
+    ``reset(seed=...)``, or ``set_seed`` of each ``EnvBase``. ``env_kwargs`` are passed to
+    the factory as keyword arguments, ``render_mode`` too (``--video``) when it takes one.
+    ``max_episode_steps`` wraps a gymnasium env in ``TimeLimit`` and sets an ``EnvBase``'s
+    ``StepCounter(max_steps=...)``; ``wrappers`` and ``bootstrap_truncated=False`` apply to
+    gymnasium envs only. The keys written are those above, and an ``EnvBase`` must write
+    ``observation`` (or its own observation keys), ``reward``, ``done`` and ``terminated``.
+
     Raises:
-        ValueError: unknown id (with close matches), unsupported spaces, bad numbers.
+        ValueError: unknown id (with close matches), unimportable module, unsupported
+            spaces, bad numbers.
 
     Example:
         >>> env = make_env("CartPole-v1", num_envs=4, seed=0)
@@ -301,6 +327,27 @@ def make_env(
         >>> td["next", "observation"].shape, td["action"].dtype
         (torch.Size([4, 3, 4]), torch.int64)
     """
+    source = resolve_env(env_id) if isinstance(env_id, str) else env_id
+    if callable(source):
+        _check_args(num_envs, max_episode_steps, gamma)
+        return _make_from_factory(
+            source,
+            name=env_id if isinstance(env_id, str) else factory_path(env_id),
+            num_envs=num_envs,
+            seed=seed,
+            max_episode_steps=max_episode_steps,
+            render_mode=render_mode,
+            env_kwargs=env_kwargs,
+            wrappers=wrappers if bootstrap_truncated else [*wrappers, TruncationAsTermination],
+            device=device,
+            norms=dict(
+                normalize_obs=normalize_obs,
+                obs_norm=obs_norm,
+                normalize_reward=normalize_reward,
+                gamma=gamma,
+            ),
+        )
+    env_id = source  # a module:Env-vN id without its module, the module imported
     _check_env_id(env_id)
     _check_args(num_envs, max_episode_steps, gamma)
     venv = _make_vector_env(
@@ -336,7 +383,187 @@ def make_env(
     return TransformedEnv(base, Compose(*transforms))
 
 
+# --------------------------------------------------------------------------- env factories
+
+
+def _parameters(factory: Callable[..., Any]) -> tuple[set[str], bool]:
+    """The keyword names ``factory`` takes, and whether it takes ``**kwargs``."""
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C callable: call it with no arguments
+        return set(), False
+    named = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return named, any(p.kind is p.VAR_KEYWORD for p in params)
+
+
+def _seed_list(seed: int | Sequence[int] | None, n: int) -> list[int] | None:
+    if seed is None:
+        return None
+    if isinstance(seed, Sequence):
+        if len(seed) != n:
+            raise ValueError(f"make_env: {len(seed)} seeds for num_envs={n} sub-envs")
+        return [int(s) for s in seed]
+    return [int(seed) + i for i in range(n)]
+
+
+def _call_factory(factory, name: str, kwargs: dict[str, Any], seed: int | None):
+    named, var_kw = _parameters(factory)
+    if seed is not None and "seed" in named:
+        kwargs = {**kwargs, "seed": seed}
+    missing = [k for k in kwargs if k not in named and k != "seed" and not var_kw]
+    if missing:
+        raise ValueError(
+            f"env factory {name!r} takes no argument {missing[0]!r} (given by --env-kwargs, "
+            "or render_mode for --video): add it to the factory's parameters or drop it"
+        )
+    return factory(**kwargs)
+
+
+def _make_from_factory(
+    factory: Callable[..., Any],
+    *,
+    name: str,
+    num_envs: int,
+    seed: int | Sequence[int] | None,
+    max_episode_steps: int | None,
+    render_mode: str | None,
+    env_kwargs: Mapping[str, Any] | None,
+    wrappers: Sequence[GymWrapperFn],
+    device: torch.device | str,
+    norms: dict[str, Any],
+) -> TransformedEnv:
+    """:func:`make_env` for an env factory (see its docstring)."""
+    seeds = _seed_list(seed, num_envs)
+    kwargs = dict(env_kwargs or {})
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
+    batched = "num_envs" in _parameters(factory)[0]
+    if batched:
+        kwargs["num_envs"] = num_envs
+    env = _call_factory(factory, name, kwargs, None if seeds is None else seeds[0])
+    env_device = None if torch.device(device).type == "cpu" else torch.device(device)
+    if isinstance(env, EnvBase):
+        if wrappers:
+            env.close()
+            raise ValueError(
+                f"env factory {name!r} returns a TorchRL env: gymnasium wrappers and "
+                "--bootstrap-truncated false apply to gymnasium envs; append TorchRL "
+                "transforms in the factory instead"
+            )
+        base = _batched_envbase(factory, name, env, kwargs, seeds, num_envs, batched)
+        if env_device is not None:
+            base = base.to(env_device)
+    else:
+        venv = _factory_vector_env(
+            factory, name, env, kwargs, seeds, num_envs, batched, wrappers, max_episode_steps
+        )
+        try:
+            _check_spaces(name, venv)
+        except ValueError:
+            venv.close()
+            raise
+        base = _SyncVectorGymWrapper(venv, categorical_action_encoding=True, device=env_device)
+    steps = max_episode_steps if isinstance(env, EnvBase) else None
+    try:
+        transforms = _transforms(name, base, **norms, max_steps=steps)
+    except ValueError:
+        base.close()
+        raise
+    if seeds is not None:
+        _seed(base, seeds)
+    return TransformedEnv(base, Compose(*transforms))
+
+
+def _batched_envbase(factory, name, env, kwargs, seeds, num_envs, batched) -> EnvBase:
+    """The factory's TorchRL env as one env of batch size ``[num_envs]``."""
+    if batched:
+        if tuple(env.batch_size) != (num_envs,):
+            env.close()
+            raise ValueError(
+                f"env factory {name!r} was asked for num_envs={num_envs} and returned a TorchRL "
+                f"env of batch size {list(env.batch_size)}: return batch size [{num_envs}]"
+            )
+        return env
+    if tuple(env.batch_size) != ():
+        env.close()
+        raise ValueError(
+            f"env factory {name!r} returns a batched TorchRL env (batch size "
+            f"{list(env.batch_size)}): give the factory a num_envs parameter and return that "
+            "many, or return one unbatched env (rlkit batches the copies)"
+        )
+    env.close()  # the probe: SerialEnv calls the factory for each sub-env itself
+
+    def one(i: int):
+        return lambda: _call_factory(factory, name, kwargs, None if seeds is None else seeds[i])
+
+    return SerialEnv(num_envs, [one(i) for i in range(num_envs)])
+
+
+def _factory_vector_env(
+    factory, name, env, kwargs, seeds, num_envs, batched, wrappers, max_episode_steps
+) -> gymnasium.vector.VectorEnv:
+    """The factory's gymnasium env(s) as one vector env of ``num_envs`` sub-envs, auto-reset
+    disabled (TorchRL resets the finished ones), as :func:`_make_vector_env` builds an id's."""
+    if isinstance(env, gymnasium.vector.VectorEnv):
+        mode = getattr(env, "autoreset_mode", None) or env.metadata.get("autoreset_mode")
+        problem = None
+        if not batched:
+            problem = "returns a gymnasium vector env: give it a num_envs parameter"
+        elif env.num_envs != num_envs:
+            problem = f"was asked for num_envs={num_envs} and returned {env.num_envs} sub-envs"
+        elif mode != gymnasium.vector.AutoresetMode.DISABLED:
+            problem = (
+                f"returns a vector env with autoreset_mode={mode}: build it with "
+                "vector_kwargs={'autoreset_mode': gymnasium.vector.AutoresetMode.DISABLED}"
+            )
+        elif wrappers or max_episode_steps is not None:
+            problem = (
+                "returns a vector env: --max-episode-steps, wrappers and --bootstrap-truncated "
+                "false apply to single gymnasium envs; set them inside the factory"
+            )
+        if problem:
+            env.close()
+            raise ValueError(f"env factory {name!r} {problem}")
+        return env
+    if not isinstance(env, gymnasium.Env):
+        raise TypeError(
+            f"env factory {name!r} returned {type(env).__name__}: return a gymnasium env, a "
+            "gymnasium vector env or a TorchRL EnvBase"
+        )
+    if batched:
+        env.close()
+        raise ValueError(
+            f"env factory {name!r} takes num_envs but returned one gymnasium env: return a "
+            "vector env of num_envs sub-envs, or drop the parameter (rlkit makes the copies)"
+        )
+
+    def wrap(e: gymnasium.Env) -> gymnasium.Env:
+        if max_episode_steps is not None:
+            e = gymnasium.wrappers.TimeLimit(e, max_episode_steps)
+        for w in wrappers:
+            e = w(e)
+        return e
+
+    def one(i: int):
+        if i == 0:
+            return lambda: wrap(env)
+        return lambda: wrap(
+            _call_factory(factory, name, kwargs, None if seeds is None else seeds[i])
+        )
+
+    return gymnasium.vector.SyncVectorEnv(
+        [one(i) for i in range(num_envs)],
+        autoreset_mode=gymnasium.vector.AutoresetMode.DISABLED,
+    )
+
+
 def _seed(base: EnvBase, seed: int | Sequence[int]) -> None:
+    if isinstance(base, SerialEnv):  # sub-env i with seed + i (or seed[i]), as gymnasium's
+        if base.is_closed:
+            base.start()
+        for env, s in zip(base._envs, _seed_list(seed, int(base.batch_size[0])), strict=True):
+            env.set_seed(s)
+        return
     if isinstance(seed, Sequence):
         base.reset(seed=[int(s) for s in seed])  # gymnasium seeds sub-env i with seeds[i]
     else:
@@ -363,6 +590,7 @@ def _transforms(
     normalize_reward: bool,
     gamma: float,
     clip_reward: bool = False,
+    max_steps: int | None = None,
 ) -> list[Transform]:
     """Float casts, optional observation normaliser, return and step trackers, reward norm
     (``clip_reward``: the reward's sign, after the return tracker, so returns stay raw)."""
@@ -396,7 +624,7 @@ def _transforms(
             obs_norm = obs_norm.shared()
         transforms.append(obs_norm)
     transforms.append(RewardSum(in_keys=[keys.REWARD[-1]], out_keys=[keys.EPISODE_RETURN_NAME]))
-    transforms.append(StepCounter(step_count_key=keys.STEP_COUNT_NAME))
+    transforms.append(StepCounter(max_steps, step_count_key=keys.STEP_COUNT_NAME))
     if clip_reward:  # Mnih et al. 2015: the learner sees sign(r), the logs the game's score
         transforms.append(SignTransform(in_keys=[keys.REWARD[-1]]))
     if normalize_reward:

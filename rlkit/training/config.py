@@ -41,7 +41,14 @@ def _help(text: str, **kw: Any) -> dict[str, Any]:
 class TrainConfig:
     """Flags shared by every recipe."""
 
-    env: str = field(default="CartPole-v1", metadata=_help("gymnasium environment id"))
+    env: str = field(
+        default="CartPole-v1",
+        metadata=_help(
+            "gymnasium environment id; MODULE:ID imports MODULE first (it registers ID, "
+            "gymnasium's syntax), MODULE:FACTORY calls an env factory of MODULE "
+            "(docs/own_env.md)"
+        ),
+    )
     env_kwargs: tuple[str, ...] | None = field(
         default=None,
         metadata=_help(
@@ -240,6 +247,8 @@ class TrainConfig:
         _positive(self, "total_frames", "num_envs", "eval_episodes", "num_nodes", "threads")
         _positive(self, "log_every", "eval_max_steps", "max_episode_steps")
         parse_env_kwargs(self.env_kwargs)  # refuses a malformed KEY=VALUE here, at parse time
+        _check_env_module(self.env)
+        _check_env_module(self.eval_env)
         _check_truncation_setting(self)
         _non_negative(self, "eval_every", "checkpoint_every", "seed", "video_every")
         if self.target_return is not None and not math.isfinite(self.target_return):
@@ -285,6 +294,19 @@ class TrainConfig:
                 "--eval-only runs in one process: drop --devices / --num-nodes (the "
                 "evaluation is seeded, more ranks would play the same episodes)"
             )
+
+
+def _check_env_module(env: str | None) -> None:
+    """``--env MODULE:NAME``: import MODULE now (it registers its ids) and refuse, in one
+    line, a module that cannot be imported or a NAME it neither registers nor defines. A
+    factory that only the training script can import (``__main__``, a lambda) is checked by
+    the engine, where the script passes it (:mod:`rlkit.envs.ids`)."""
+    if not isinstance(env, str) or ":" not in env:
+        return
+    from rlkit.envs.ids import not_importable, resolve_env
+
+    if not not_importable(env):
+        resolve_env(env)
 
 
 #: ``gymnasium.make`` arguments that have their own flag or that rlkit sets itself

@@ -34,6 +34,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -64,8 +65,12 @@ def resolve_run_dir(cfg: TrainConfig, algo: str) -> Path:
     if cfg.resume and cfg.resume != "last":
         # <run-dir>/checkpoints/<file>.pt
         return Path(cfg.resume).resolve().parent.parent
+    from rlkit.envs.ids import env_label
+
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    env = cfg.env.replace("/", "-")  # namespaced ids such as rlkit/MountainCarSparse-v0
+    # rlkit/MountainCarSparse-v0 -> rlkit-MountainCarSparse-v0; mypkg.envs:Corridor-v0 ->
+    # Corridor-v0; an env factory mypkg.envs:make_corridor -> make_corridor
+    env = env_label(cfg.env)
     return Path("runs") / f"{algo}-{env}-s{cfg.seed}-{stamp}-{uuid.uuid4().hex[:6]}"
 
 
@@ -260,7 +265,9 @@ def _warm_start(path: Path, learner: Learner) -> None:
             ckpt.load_module_state(modules[name], payload["modules"][name], name=name, path=path)
 
 
-def _evaluate_only(fabric, cfg: TrainConfig, learner: Learner, env, run_dir: Path) -> dict:
+def _evaluate_only(
+    fabric, cfg: TrainConfig, learner: Learner, env, run_dir: Path, source: Any = None
+) -> dict:
     """``--eval-only``: every network of ``--init-from``, ``--eval-episodes`` episodes
     (deterministic unless ``--eval-deterministic false``) on ``--eval-env`` (or ``--env``),
     ``evaluation.json`` (+ ``eval.gif``), no training."""
@@ -271,7 +278,7 @@ def _evaluate_only(fabric, cfg: TrainConfig, learner: Learner, env, run_dir: Pat
     ckpt.check_compatible(payload, algo=learner.algo, path=path)
     _load_modules(payload, path, learner.modules())
     env_id = cfg.eval_env or cfg.env
-    evaluator = _run_evaluator(cfg, fabric.device)
+    evaluator = _run_evaluator(cfg, fabric.device, source)
     if cfg.eval_env:
         check_same_spaces(env, evaluator.env, train_id=cfg.env, eval_id=cfg.eval_env)
     returns = evaluator.returns(learner.eval_policy()).tolist()
@@ -292,7 +299,7 @@ def _evaluate_only(fabric, cfg: TrainConfig, learner: Learner, env, run_dir: Pat
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "evaluation.json").write_text(json.dumps(result, indent=2) + "\n")
     if cfg.video:
-        _try_video(cfg, learner, run_dir, print_fn=_stderr, device=fabric.device)
+        _try_video(cfg, learner, run_dir, print_fn=_stderr, device=fabric.device, env=source)
     print(
         f"{learner.algo} policy of {str(path)!r} ({result['trained_frames']:,} frames) on "
         f"{env_id}: return {mean:.2f} +- {std:.2f} over {len(returns)} {mode} episodes "
@@ -305,13 +312,14 @@ def _stderr(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def _run_evaluator(cfg: TrainConfig, device):
+def _run_evaluator(cfg: TrainConfig, device, source: Any = None):
     """The :class:`~rlkit.training.evaluation.Evaluator` of a run's evaluation flags, on
-    ``--eval-env`` (or ``--env``) built with the run's ``gymnasium.make`` arguments."""
+    ``--eval-env`` (or the run's env: ``source``, the env factory given to :func:`run`, else
+    ``--env``) built with the run's ``gymnasium.make`` arguments."""
     from rlkit.training.evaluation import Evaluator
 
     return Evaluator(
-        cfg.eval_env or cfg.env,
+        cfg.eval_env or source or cfg.env,
         episodes=cfg.eval_episodes,
         device=device,
         deterministic=cfg.eval_deterministic,
@@ -321,7 +329,13 @@ def _run_evaluator(cfg: TrainConfig, device):
 
 
 def _try_video(
-    cfg: TrainConfig, learner: Learner, run_dir: Path, print_fn, name="eval.gif", device=None
+    cfg: TrainConfig,
+    learner: Learner,
+    run_dir: Path,
+    print_fn,
+    name="eval.gif",
+    device=None,
+    env: Any = None,
 ):
     """``<run-dir>/<name>``: a GIF of one evaluation episode, played as the run's evaluations
     are (``--eval-env`` or ``--env``, its ``gymnasium.make`` arguments, its action mode); an
@@ -330,7 +344,7 @@ def _try_video(
 
     try:
         record_gif(
-            cfg.eval_env or cfg.env,
+            cfg.eval_env or env or cfg.env,
             learner.eval_policy(),
             run_dir / name,
             deterministic=cfg.eval_deterministic,
@@ -403,9 +417,15 @@ class Engine:
         *,
         algo: str,
         make_collector: Callable[..., Any] | None = None,
+        env: str | Callable[..., Any] | None = None,
     ) -> None:
         self.cfg, self.build, self.algo = cfg, build, algo
         self.make_collector = make_collector or default_collector
+        #: what every env of the run is built from (training on every rank, a population's,
+        #: evaluation, video): the env factory given, else ``cfg.env``
+        self.env_source: str | Callable[..., Any] = cfg.env
+        if env is not None:
+            self.cfg, self.env_source = with_env(cfg, env)
 
     def fit(self) -> dict[str, Any]:
         fabric = make_fabric(self.cfg)
@@ -475,7 +495,9 @@ class Engine:
         built = self._build(fabric, resume_path)
         if cfg.eval_only:
             try:
-                return _evaluate_only(fabric, cfg, built.learner, built.env, run_dir)
+                return _evaluate_only(
+                    fabric, cfg, built.learner, built.env, run_dir, self.env_source
+                )
             except KeyboardInterrupt:  # Ctrl-C: no checkpoint to speak of, unlike a training run
                 raise KeyboardInterrupt(
                     "evaluation stopped (--eval-only trains nothing and writes no checkpoint)"
@@ -510,13 +532,14 @@ class Engine:
         # a population's members are split across the ranks, each rank a contiguous block
         # (rlkit.training.population.rank_members); its env holds its members' sub-envs
         split = {"rank": rank, "world_size": fabric.world_size}
+        source = self.env_source
         if population:
             from rlkit.training.population import make_population_env
 
-            env = make_population_env(cfg, make_env, **split)
+            env = make_population_env(cfg, partial(_make_source_env, make_env, source), **split)
         else:
             env = make_env(
-                cfg.env,
+                source,
                 num_envs=cfg.num_envs,
                 seed=cfg.seed + 1000 * rank,
                 **cfg.env_options(),
@@ -544,7 +567,7 @@ class Engine:
             built = _Built(env, env_modules, learner)
             if cfg.eval_only:
                 return built
-            built.evaluator = _run_evaluator(cfg, fabric.device)
+            built.evaluator = _run_evaluator(cfg, fabric.device, source)
             if cfg.eval_env:
                 check_same_spaces(env, built.evaluator.env, train_id=cfg.env, eval_id=cfg.eval_env)
             self._restore(fabric, resume_path, built, population)
@@ -624,6 +647,7 @@ class Engine:
             ctx.generator.manual_seed(cfg.seed + 1000 * rank + counters.frames)
         state = _LoopState(fabric, cfg, learner, counters, log, evaluator, run_dir, save_token)
         state.extra_modules = built.env_modules
+        state.env_source = self.env_source
         state.generator = ctx.generator
         try:
             # the handlers stay through the final evaluation and checkpoint: a signal there
@@ -633,7 +657,7 @@ class Engine:
                     self._loop(state, ctx, collector, stop)
                 finally:
                     collector.shutdown()
-                    env.close()
+                    env.close(raise_if_closed=False)  # TorchRL's Collector closes it
                 return state.finish(stop)
         except KeyboardInterrupt:  # RunInterrupted, or a second signal (stopped at once)
             log.close("interrupted")
@@ -740,6 +764,7 @@ class _LoopState:
         self.fabric, self.cfg, self.learner = fabric, cfg, learner
         self.counters, self.log, self.evaluator, self.run_dir = counters, log, evaluator, run_dir
         self.extra_modules: dict[str, nn.Module] = {}
+        self.env_source: Any = cfg.env  # the env factory of the run, else --env (videos)
         self.generator: torch.Generator | None = None  # Context.generator, checkpointed
         self.save_token = save_token  # the same on every rank (broadcast by rank 0)
         self.recent_returns: list[float] = []
@@ -845,6 +870,7 @@ class _LoopState:
                     print_fn=self.log.progress.message,
                     name=f"videos/eval_{c.frames:012d}.gif",
                     device=self.fabric.device,
+                    env=self.env_source,
                 )
         return mean, std
 
@@ -982,6 +1008,7 @@ class _LoopState:
                 self.run_dir,
                 print_fn=self.log.progress.message,
                 device=self.fabric.device,
+                env=self.env_source,
             )
         if stop is not None and stop.signum is not None:
             name = signal.Signals(stop.signum).name
@@ -997,11 +1024,55 @@ class _LoopState:
         return summary
 
 
-def run(cfg: TrainConfig, build: Callable[[Any, Any], Learner], *, algo: str, **kw) -> dict:
+def _make_source_env(make_env, source, env_id, **kwargs):
+    """``make_env`` of the run's env source in place of ``env_id`` (``cfg.env``): a
+    population's env of the env factory given to :func:`run`."""
+    del env_id
+    return make_env(source, **kwargs)
+
+
+def with_env(cfg: TrainConfig, env: str | Callable[..., Any]) -> tuple[TrainConfig, Any]:
+    """``cfg`` naming ``env`` (its ``env`` field: the id, or the factory's import path
+    ``module:qualname``, :func:`rlkit.envs.ids.factory_path`), and what to build the run's
+    envs from: the id, or the factory itself. The stored name is what ``config.yaml``,
+    ``summary.json``, the checkpoints and the run directory's name show, and what a resumed
+    run builds its env from when no factory is passed again."""
+    import dataclasses
+
+    from rlkit.envs.ids import factory_path
+
+    if isinstance(env, str):
+        return dataclasses.replace(cfg, env=env), env
+    if not callable(env):
+        raise TypeError(
+            f"env must be a gymnasium id or an env factory (a callable returning a gymnasium "
+            f"env or a TorchRL EnvBase), got {type(env).__name__}"
+        )
+    name = factory_path(env)
+    return (cfg if cfg.env == name else dataclasses.replace(cfg, env=name)), env
+
+
+def run(
+    cfg: TrainConfig,
+    build: Callable[[Any, Any], Learner],
+    *,
+    algo: str,
+    env: str | Callable[..., Any] | None = None,
+    **kw,
+) -> dict:
     """Train ``build(cfg, env)`` under ``cfg``; returns the run summary (also summary.json).
+
+    ``env``: what every env of the run is built from instead of ``cfg.env``: a gymnasium id,
+    or an env factory, a callable returning a gymnasium env, a gymnasium vector env or a
+    TorchRL ``EnvBase`` (:func:`rlkit.envs.make_env` says how it is called, batched and
+    seeded). It builds the training env on every rank, a population's env, the evaluation
+    env (unless ``--eval-env``) and videos. The run stores the factory's import path
+    ``module:qualname`` as its ``env``, so ``--resume`` builds it again; a factory without
+    one (a lambda, a function defined inside another or in a script run as ``__main__``) must
+    be passed again to resume, which a resume without it says in one line.
 
     Third-party notices are silenced and tensordict's measured slow path is patched for the
     duration of the run only (``rlkit._quiet``, ``rlkit._speedups``).
     """
     with _quiet.quiet(), _speedups.patched():
-        return Engine(cfg, build, algo=algo, **kw).fit()
+        return Engine(cfg, build, algo=algo, env=env, **kw).fit()

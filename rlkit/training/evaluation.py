@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -55,7 +55,7 @@ class Evaluator:
 
     def __init__(
         self,
-        env_id: str,
+        env_id: str | Callable[..., Any],
         *,
         episodes: int,
         device: torch.device | str = "cpu",
@@ -103,11 +103,11 @@ class Evaluator:
             return self._play(policy)
 
     def _play(self, policy: nn.Module) -> torch.Tensor:
+        from rlkit.envs import reseed
+
         env, n = self.env, self.episodes * self.repeats
-        if self.repeats == 1:
-            env.set_seed(EVAL_SEED)
-        else:
-            env.base_env.reset(seed=self._seeds)
+        # what make_env(..., seed=EVAL_SEED or the seeds) seeded: the same start states
+        reseed(env, EVAL_SEED if self.repeats == 1 else self._seeds)
         td = env.reset()
         running = torch.zeros(n, dtype=torch.float64)
         final = torch.full((n,), math.nan, dtype=torch.float64)
@@ -138,7 +138,7 @@ class Evaluator:
 
 @torch.no_grad()
 def record_gif(
-    env_id: str,
+    env_id: str | Callable[..., Any],
     policy: nn.Module,
     path: Path,
     *,
@@ -153,7 +153,8 @@ def record_gif(
     as :class:`Evaluator` plays it: the policy's mode, or (``deterministic=False``) actions
     sampled from a generator seeded with :data:`EVAL_SEED`, apart from training's stream.
     ``env_kwargs`` and ``max_episode_steps`` go to ``gymnasium.make`` (the run's
-    ``--env-kwargs`` and ``--max-episode-steps``)."""
+    ``--env-kwargs`` and ``--max-episode-steps``). An env factory (or its ``module:qualname``)
+    is called with them and ``render_mode="rgb_array"``, and must return a gymnasium env."""
     import os
 
     import gymnasium as gym
@@ -165,10 +166,7 @@ def record_gif(
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     import rlkit.envs  # noqa: F401  (registers the rlkit/ namespaced ids)
 
-    extra = dict(env_kwargs or {})
-    if max_episode_steps is not None:
-        extra["max_episode_steps"] = max_episode_steps
-    env = gym.make(env_id, render_mode="rgb_array", **extra)
+    env = _render_env(env_id, dict(env_kwargs or {}), max_episode_steps)
     obs, _ = env.reset(seed=EVAL_SEED)
     # a policy may hold no parameters of its own (a tanh-squashed head around a network
     # registered elsewhere): then its buffers, else the CPU
@@ -194,3 +192,26 @@ def record_gif(
     path.parent.mkdir(parents=True, exist_ok=True)
     frames[0].save(path, save_all=True, append_images=frames[1:], duration=int(1000 / fps), loop=0)
     return path
+
+
+def _render_env(env_id: str | Callable[..., Any], kwargs: dict[str, Any], max_episode_steps):
+    """One gymnasium env rendering ``rgb_array`` frames, of an id or an env factory."""
+    import gymnasium as gym
+
+    from rlkit.envs.ids import resolve_env
+
+    source = resolve_env(env_id) if isinstance(env_id, str) else env_id
+    if isinstance(source, str):
+        if max_episode_steps is not None:
+            kwargs["max_episode_steps"] = max_episode_steps
+        return gym.make(source, render_mode="rgb_array", **kwargs)
+    env = source(render_mode="rgb_array", **kwargs)
+    if not isinstance(env, gym.Env):
+        name = getattr(source, "__qualname__", type(source).__name__)
+        raise TypeError(
+            f"the env factory {name} returned {type(env).__name__}: videos record a "
+            "gymnasium env rendering rgb_array frames"
+        )
+    if max_episode_steps is not None:
+        env = gym.wrappers.TimeLimit(env, max_episode_steps)
+    return env
