@@ -600,8 +600,8 @@ def make_collector(
 
     Same arguments and same batches either way; the fallback logs one WARNING line, with
     what in the env needs it and its cost (:func:`fallback_message`;
-    ``logging.getLogger("rlkit.data.collector")``, on stderr unless logging is set up). Either way the policy's
-    actions are checked against the env's action spec first
+    ``logging.getLogger("rlkit.data.collector")``, on stderr unless logging is set up).
+    Either way the policy's actions are checked against the env's action spec first
     (:func:`rlkit.modules.check_env_compat`): an index-action actor on a one-hot env, a
     wrong action count or dimension, or different bounds raise
     :class:`~rlkit.modules.compat.ActionSpecMismatchError` before any step.

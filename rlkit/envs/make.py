@@ -499,31 +499,37 @@ def _batched_envbase(factory, name, env, kwargs, seeds, num_envs, batched) -> En
     return SerialEnv(num_envs, [one(i) for i in range(num_envs)])
 
 
+def _check_factory_vector_env(name, env, num_envs, batched, wrappers, max_episode_steps):
+    """A factory's gymnasium vector env, as the collectors step one: ``num_envs`` sub-envs,
+    auto-reset disabled, no per-sub-env options left to apply."""
+    mode = getattr(env, "autoreset_mode", None) or env.metadata.get("autoreset_mode")
+    problem = None
+    if not batched:
+        problem = "returns a gymnasium vector env: give it a num_envs parameter"
+    elif env.num_envs != num_envs:
+        problem = f"was asked for num_envs={num_envs} and returned {env.num_envs} sub-envs"
+    elif mode != gymnasium.vector.AutoresetMode.DISABLED:
+        problem = (
+            f"returns a vector env with autoreset_mode={mode}: build it with "
+            "vector_kwargs={'autoreset_mode': gymnasium.vector.AutoresetMode.DISABLED}"
+        )
+    elif wrappers or max_episode_steps is not None:
+        problem = (
+            "returns a vector env: --max-episode-steps, wrappers and --bootstrap-truncated "
+            "false apply to single gymnasium envs; set them inside the factory"
+        )
+    if problem:
+        env.close()
+        raise ValueError(f"env factory {name!r} {problem}")
+
+
 def _factory_vector_env(
     factory, name, env, kwargs, seeds, num_envs, batched, wrappers, max_episode_steps
 ) -> gymnasium.vector.VectorEnv:
     """The factory's gymnasium env(s) as one vector env of ``num_envs`` sub-envs, auto-reset
     disabled (TorchRL resets the finished ones), as :func:`_make_vector_env` builds an id's."""
     if isinstance(env, gymnasium.vector.VectorEnv):
-        mode = getattr(env, "autoreset_mode", None) or env.metadata.get("autoreset_mode")
-        problem = None
-        if not batched:
-            problem = "returns a gymnasium vector env: give it a num_envs parameter"
-        elif env.num_envs != num_envs:
-            problem = f"was asked for num_envs={num_envs} and returned {env.num_envs} sub-envs"
-        elif mode != gymnasium.vector.AutoresetMode.DISABLED:
-            problem = (
-                f"returns a vector env with autoreset_mode={mode}: build it with "
-                "vector_kwargs={'autoreset_mode': gymnasium.vector.AutoresetMode.DISABLED}"
-            )
-        elif wrappers or max_episode_steps is not None:
-            problem = (
-                "returns a vector env: --max-episode-steps, wrappers and --bootstrap-truncated "
-                "false apply to single gymnasium envs; set them inside the factory"
-            )
-        if problem:
-            env.close()
-            raise ValueError(f"env factory {name!r} {problem}")
+        _check_factory_vector_env(name, env, num_envs, batched, wrappers, max_episode_steps)
         return env
     if not isinstance(env, gymnasium.Env):
         raise TypeError(

@@ -157,7 +157,6 @@ def record_gif(
     is called with them and ``render_mode="rgb_array"``, and must return a gymnasium env."""
     import os
 
-    import gymnasium as gym
     from PIL import Image
 
     # off-screen rendering: without a display SDL (through pygame) would print
