@@ -44,7 +44,7 @@ import gymnasium
 import numpy as np
 import torch
 from tensordict import NestedKey, TensorDict, TensorDictBase
-from tensordict.nn import InteractionType, set_interaction_type
+from tensordict.nn import InteractionType, TensorDictModuleBase, set_interaction_type
 from torch import Tensor, nn
 from torchrl.envs import (
     DoubleToFloat,
@@ -137,11 +137,14 @@ def _unsupported(what: str) -> UnsupportedEnvError:
     )
 
 
-#: What the fallback costs: TorchRL's Collector against VectorEnvCollector on CartPole-v1
-#: (benchmarks/results/bench_collect.md: 1.9x-2.2x the frames/s, 8 or 32 envs, with and
-#: without normalisation; a TorchRL env batched by a SerialEnv, measured in docs/own_env.md,
-#: more)
-FALLBACK_COST = "about 2x fewer frames/s (CartPole: 1.9-2.2x, docs/own_env.md)"
+#: What the fallback costs, TorchRL's Collector against VectorEnvCollector on CartPole-v1:
+#: 1.9-2.2x fewer frames/s over the same gymnasium vector env (8 or 32 envs, with and without
+#: normalisation: benchmarks/results/bench_collect.md); a TorchRL env batched by SerialEnv,
+#: 2.5-5.2x (paired median 3.6x, benchmarks/bench_own_env.py, docs/own_env.md)
+FALLBACK_COST = (
+    "expect about 2x fewer frames/s (CartPole: 1.9-2.2x; a TorchRL env batched by SerialEnv "
+    "2.5-5x; docs/own_env.md)"
+)
 
 
 def fallback_message(what: str) -> str:
@@ -626,13 +629,32 @@ def make_collector(
 
     return Collector(
         env,
-        policy,
+        _as_tensordict_module(policy),
         frames_per_batch=frames_per_batch,
         total_frames=total_frames,
         device=device,
         exploration_type=exploration_type,
         auto_register_policy_transforms=False,
     )
+
+
+def _as_tensordict_module(policy: nn.Module) -> nn.Module:
+    """``policy`` as TorchRL's ``Collector`` takes it: a plain ``nn.Module`` with ``in_keys``
+    and ``out_keys`` (a population's policy) is refused there unless it is a
+    ``TensorDictModuleBase``; a thin one calls it, sharing its parameters."""
+    if isinstance(policy, TensorDictModuleBase) or not hasattr(policy, "in_keys"):
+        return policy
+    return _PolicyModule(policy)
+
+
+class _PolicyModule(TensorDictModuleBase):
+    def __init__(self, policy: nn.Module) -> None:
+        super().__init__()
+        self.policy = policy
+        self.in_keys, self.out_keys = list(policy.in_keys), list(policy.out_keys)
+
+    def forward(self, td: TensorDictBase) -> TensorDictBase:
+        return self.policy(td)
 
 
 def rollout_steps_for(min_episodes: int, *, num_envs: int, max_episode_steps: int) -> int:
