@@ -117,6 +117,19 @@ def corridor_package(tmp_path: Path) -> Path:
     return folder
 
 
+@pytest.fixture
+def on_path(tmp_path, monkeypatch):
+    """``mypkg.envs`` importable in this process; afterwards its modules and the ids it
+    (or the docs page's ``corridor``) registered are gone again."""
+    import gymnasium
+
+    monkeypatch.syspath_prepend(str(corridor_package(tmp_path)))
+    yield
+    gymnasium.registry.pop("Corridor-v0", None)
+    for name in ("mypkg", "mypkg.envs", "corridor"):
+        sys.modules.pop(name, None)
+
+
 def subprocess_env(*paths: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([*(str(p) for p in paths), str(ROOT)])
@@ -158,11 +171,9 @@ def test_an_unimportable_module_is_refused_in_one_line_at_parse_time(capsys):
     assert "cannot import module 'no_such_pkg_xyz.envs'" in err and "PYTHONPATH" in err
 
 
-def test_a_name_the_module_neither_registers_nor_defines_is_refused(tmp_path, monkeypatch):
+def test_a_name_the_module_neither_registers_nor_defines_is_refused(on_path):
     from rlkit.envs.ids import resolve_env
 
-    site = corridor_package(tmp_path)
-    monkeypatch.syspath_prepend(str(site))
     with pytest.raises(ValueError, match=r"registered no gymnasium id 'Nope-v0'"):
         resolve_env("mypkg.envs:Nope-v0")
     assert resolve_env("mypkg.envs:Corridor-v0") == "Corridor-v0"
@@ -231,18 +242,13 @@ def test_a_factory_with_a_seed_parameter_gets_each_sub_envs_seed():
     env.close()
 
 
-def test_a_gymnasium_factory_is_stepped_by_rlkits_collector_and_evaluates_exactly(
-    tmp_path, monkeypatch
-):
+def test_a_gymnasium_factory_is_stepped_by_rlkits_collector_and_evaluates_exactly(on_path):
     """Independent reference: a policy that always steps right scores 0.97 per episode."""
     from tensordict.nn import TensorDictModule
 
     from rlkit.data.collector import VectorEnvCollector
     from rlkit.envs import make_env
     from rlkit.training.evaluation import Evaluator
-
-    monkeypatch.syspath_prepend(str(corridor_package(tmp_path)))
-    import mypkg.envs  # noqa: F401
 
     env = make_env("mypkg.envs:Corridor-v0", num_envs=2, seed=0)
     right = TensorDictModule(
@@ -349,7 +355,7 @@ def python_blocks(path: Path) -> list[str]:
     return re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
 
 
-def test_the_own_env_page_runs_as_written(tmp_path, monkeypatch):
+def test_the_own_env_page_runs_as_written(tmp_path, monkeypatch, on_path):
     blocks = python_blocks(ROOT / "docs" / "own_env.md")
     module, rest = blocks[0], blocks[1:]
     (tmp_path / "corridor.py").write_text(module)
