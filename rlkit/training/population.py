@@ -526,16 +526,21 @@ class _Phase:
         for i in checked:
             if self.groups[i].transform_grads is not None:
                 self.groups[i].transform_grads()
-        norms = []
+        # what clip_grad_norm_ computes for each member (torch's per-tensor norms, then their
+        # norm; the clip coefficient), for all members at once: one per-tensor norm call
+        grads = {i: [p.grad for p in self.params[i] if p.grad is not None] for i in checked}
+        per_tensor = torch._foreach_norm([g for i in checked for g in grads[i]], 2.0)
+        norms, start = [], 0
         for i in checked:
-            grads = [p.grad for p in self.params[i] if p.grad is not None]
-            norms.append(
-                torch.nn.utils.get_total_norm(grads, foreach=True)
-                if grads
-                else torch.zeros((), device=self.params[i][0].device)
-            )
+            k = len(grads[i])
+            norms.append(torch.linalg.vector_norm(torch.stack(per_tensor[start : start + k]), 2.0))
+            start += k
+        stacked = torch.stack(norms)
+        limits = [self.groups[i].max_grad_norm or math.inf for i in checked]
+        # max_norm / (norm + 1e-6) as torch computes it (a reciprocal, then a product)
+        coefs = torch.clamp((stacked + 1e-6).reciprocal() * stacked.new_tensor(limits), max=1.0)
         out: dict[int, float] = {}
-        for i, norm, value in zip(checked, norms, torch.stack(norms).tolist()):
+        for j, (i, value) in enumerate(zip(checked, stacked.tolist())):
             if not math.isfinite(value):
                 self.population.stopped[i] = (
                     f"non-finite loss or gradient (loss {self._total(i):.4g}, gradient norm "
@@ -543,9 +548,8 @@ class _Phase:
                 )
                 self._drop(i)
                 continue
-            max_norm = self.groups[i].max_grad_norm
-            if max_norm:
-                torch.nn.utils.clip_grads_with_norm_(self.params[i], max_norm, norm, foreach=True)
+            if self.groups[i].max_grad_norm:
+                torch._foreach_mul_(grads[i], coefs[j])
             out[i] = value
         return out
 
