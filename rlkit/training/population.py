@@ -586,6 +586,10 @@ class PopulationLearner(Learner):
             member's ``None``): the member samples from its own stream (``rng_states``).
     """
 
+    #: a population collects in this process (its env holds every member's workers' sub-envs
+    #: and its policy samples each worker's block from that worker's stream)
+    collects_in_process = True
+
     def __init__(
         self,
         members: Sequence[Learner],
