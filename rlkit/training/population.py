@@ -404,6 +404,7 @@ class _Phase:
         self.in_keys = list(dict.fromkeys(k for i in live for k in groups[i].loss.in_keys))
         self.live: list[int] = []  # the members of the current minibatch, in its row order
         self.last: list[tuple[list[int], dict[str, torch.Tensor], list[str]]] = []
+        self.totals = torch.zeros(0)
         self.rows = TensorDict({"row": torch.arange(n)}, batch_size=[n])
         self.epoch = 0
         self._whole: dict[tuple, TensorDictBase] = {}
@@ -461,19 +462,27 @@ class _Phase:
         member group's ``scale``)."""
         population, groups, live = self.population, self.groups, self.live
         row = {i: j for j, i in enumerate(live)}
-        self.last = []
+        self.last, totals = [], []
         sums: dict[str, torch.Tensor] = {}
         for idx in population._vmap_groups(live, groups).values():
             out = population._losses(idx, minibatch, [row[i] for i in idx], groups)
             names = _group_terms(groups[idx[0]], out, [groups[idx[0]]])
             self.last.append((idx, out, names))
             scales = [groups[i].scale for i in idx]
+            total = 0.0
             for t in names:
                 term = out[t]
                 if any(s != 1.0 for s in scales):
                     term = term * term.new_tensor(scales)
-                term = term.sum()
+                total = total + term.detach()
+                # a member's non-finite loss stops that member (after_backward), not the
+                # run: the loop sees (and checks) the sum of the finite ones; the gradient
+                # reaching each finite member's term is the same 1
+                term = term.where(torch.isfinite(term.detach()), 0.0).sum()
                 sums[t] = term if t not in sums else sums[t] + term
+            totals.append(torch.as_tensor(total).reshape(-1).expand(len(idx)))
+        #: each member's loss value (its terms' sum, times its group's scale), in step order
+        self.totals = torch.cat(totals) if totals else torch.zeros(0)
         return sums
 
     # ---------------------------------------------------------------- the step hook
@@ -519,8 +528,9 @@ class _Phase:
 
     def _norms(self, checked: list[int]) -> dict[int, float]:
         """Each member's ``clip_grad_norm_`` as its own step takes it (its gradient norm, one
-        host transfer for all members, then its clipping); a member whose norm is not finite
-        is stopped (its gradients dropped) and reported."""
+        host transfer for all members, then its clipping); a member whose norm or loss value
+        is not finite (the checks of a run's step) is stopped (its gradients dropped) and
+        reported."""
         if not checked:
             return {}
         for i in checked:
@@ -540,10 +550,15 @@ class _Phase:
         # max_norm / (norm + 1e-6) as torch computes it (a reciprocal, then a product)
         coefs = torch.clamp((stacked + 1e-6).reciprocal() * stacked.new_tensor(limits), max=1.0)
         out: dict[int, float] = {}
-        for j, (i, value) in enumerate(zip(checked, stacked.tolist())):
-            if not math.isfinite(value):
+        # the norms and the members' loss values in one host transfer (as a run checks both)
+        order = {i: j for j, i in enumerate(i for idx, _, _ in self.last for i in idx)}
+        losses = self.totals[torch.tensor([order[i] for i in checked])]
+        values = torch.cat([stacked, losses.to(stacked)]).tolist()
+        for j, (i, value) in enumerate(zip(checked, values)):
+            loss = values[len(checked) + j]
+            if not (math.isfinite(value) and math.isfinite(loss)):
                 self.population.stopped[i] = (
-                    f"non-finite loss or gradient (loss {self._total(i):.4g}, gradient norm "
+                    f"non-finite loss or gradient (loss {loss:.4g}, gradient norm "
                     f"{value}) at {self.ctx.counters.frames:,} frames"
                 )
                 self._drop(i)
