@@ -538,3 +538,21 @@ def test_gymnax_init_and_terminal_time_limits_members_match_standalone_runs(tmp_
     solo0 = _modules(tmp_path / "solo0")
     for other in (plain, solo1):
         assert any(not torch.equal(solo0["actor"][k], other["actor"][k]) for k in solo0["actor"])
+
+
+def test_members_step_through_the_update_loops_key_contract(monkeypatch):
+    """The update loop passes a loss only the keys it declares (select_inputs): a member
+    loss that does not declare ``advantage`` does not get it, as in a standalone run (the
+    members' losses run inside the loop; a population that passed its members the whole
+    batch trained such a loss silently)."""
+    from rlkit import keys
+    from rlkit.objectives import MissingKeyError, PPOLoss
+
+    declared = PPOLoss.in_keys.fget
+    monkeypatch.setattr(
+        PPOLoss,
+        "in_keys",
+        property(lambda self: [k for k in declared(self) if k != keys.ADVANTAGE]),
+    )
+    with pytest.raises(MissingKeyError, match=r"(?s)missing required key.*'advantage'"):
+        _population("ppo", SETTINGS[:2], 1)

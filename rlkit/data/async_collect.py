@@ -336,18 +336,24 @@ def worker_collector_factory(
 
 
 def _build(env, learner, device, *, num_workers, sync, env_kwargs, seed=None):
-    from rlkit.training.population import PopulationLearner
-
-    if isinstance(learner, PopulationLearner):
-        # a synchronous population collects in this process: its env holds every member's
-        # workers' sub-envs seeded as theirs, and its policy samples each worker's block
-        # from that worker's stream (PopulationLearner's worker_seeds), so each member's
-        # batches are its standalone run's; the configs refuse an asynchronous population
+    if learner.collects_in_process:
+        # the learner's env and policy stand for the workers already (a population's env
+        # holds every member's workers' sub-envs, seeded as theirs, and its policy samples
+        # each worker's block from that worker's stream): collect in this process
         if not sync:
-            raise ValueError("--population / --sweep needs --sync-collect true")
-        from rlkit.training.engine import default_collector
+            raise ValueError(
+                f"{learner.algo}: collecting in this process needs --sync-collect true "
+                "(--population / --sweep)"
+            )
+        from rlkit.data.collector import make_collector
 
-        return default_collector(env, learner, device)
+        return make_collector(
+            env,
+            learner.collect_policy(),
+            frames_per_batch=learner.frames_per_batch,
+            total_frames=-1,
+            device=device,
+        )
     cfg = learner.cfg
     if seed is None:
         rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0

@@ -28,6 +28,17 @@ class Learner:
     algo: str = "learner"
     #: modules a warm start (``--init-from``) copies; default: all of them
     warm_start_modules: tuple[str, ...] | None = None
+    #: in a population (:mod:`rlkit.training.population`), each member runs its own
+    #: :meth:`update` in turn (PPG, IMPALA, APPO) instead of stepping with the others
+    population_sequential: bool = False
+    #: collect in this process even where the recipe's collector runs worker processes: the
+    #: learner's env and collection policy stand for the workers (a population's do)
+    collects_in_process: bool = False
+
+    def shared_update(self) -> bool:
+        """Whether :meth:`update` is ``prepare``, ``phases`` and ``finish`` (the on-policy
+        learners' shared update), which a population runs for all members at once."""
+        return False
 
     def modules(self) -> dict[str, nn.Module]:
         raise NotImplementedError

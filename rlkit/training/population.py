@@ -12,17 +12,20 @@ the engine as one learner:
   collects in worker processes (synchronous IMPALA and APPO: ``cfg.worker_seeds``) has its
   rows split into one block per worker, each seeded and sampled as that worker's;
 * **update**: each member's ``prepare`` (schedules, estimator), then each of its update's
-  phases (one loss group each: PPO's and A2C's loss; DAAC's policy, then value) for its
-  epochs and minibatches, with the losses of all members computed in one ``torch.vmap``
-  (members whose losses hold the same hyperparameters are vmapped together: a sweep over
-  ``clip_epsilon`` runs one vmapped call per value), one backward, per-member gradient
-  clipping and NaN check, and the members' Adam steps in one fused call per learning rate.
+  phases (one loss group each: PPO's and A2C's loss; DAAC's policy, then value) through the
+  one update loop (:func:`rlkit.training.update.update_loop`, with its key, term and
+  finiteness contracts) as one loss group: the members' minibatches stacked, their losses
+  computed in one ``torch.vmap`` (members whose losses hold the same hyperparameters are
+  vmapped together: a sweep over ``clip_epsilon`` runs one vmapped call per value), one
+  backward, then in the loop's ``transform_grads`` hook each member's ``target_kl`` stop,
+  gradient norm, finiteness check and clipping, and the loop's one optimiser step of the
+  members' joint optimiser (:func:`joint_optimizer`: one torch optimiser over every member's
+  parameters whose state is the members' own; one fused Adam call per learning rate).
   Minibatch orders come from per-member generators seeded as a standalone run's; then each
   member's ``finish`` (KL-adaptive learning rate, counters). A learner that sets
   ``population_sequential`` (PPG: a policy phase of two loss groups in lockstep, then an
   auxiliary phase over its own buffer; IMPALA and APPO) runs its own ``update`` instead,
-  member after member,
-  each in its own random stream and with its own minibatch generator;
+  member after member, each in its own random stream and with its own minibatch generator;
 * **ranks**: with ``W`` ranks, rank ``r`` holds members ``[r P/W, (r + 1) P/W)``
   (:func:`rank_members`) and nothing of a member crosses ranks (no gradient all-reduce, no
   shared statistics); :class:`PopulationReport` gathers their rows on rank 0;
@@ -49,7 +52,6 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
-from torch.optim.adam import adam as adam_step
 
 from rlkit.modules import direct
 from rlkit.training.config import population_env_options
@@ -58,10 +60,11 @@ from rlkit.training.learner import Context, Learner, episode_stats
 from rlkit.training.stats import bootstrap_ci, iqm  # noqa: F401 (re-exported)
 from rlkit.training.update import (
     KLStops,
+    LossGroup,
     _group_terms,
-    _validate,
     approx_kl_of,
     over_target_kl,
+    update_loop,
 )
 
 __all__ = ["PopulationLearner", "PopulationPolicy", "member_key"]
@@ -230,94 +233,69 @@ def _plain_attributes(loss: nn.Module) -> dict[str, Any]:
     }
 
 
-class _JointAdam:
-    """The members' Adam steps as one ``torch.optim.adam.adam`` call per set of equal
-    settings (learning rate included), each member's own state tensors: the fused kernel
-    works tensor by tensor, so each member's parameters move exactly as under its own
-    ``optimizer.step()``; 16 members' steps cost one call instead of 16 (1.5 ms per minibatch
-    step here). Optimisers of another kind, with hooks, or with several parameter groups
-    step themselves."""
+class _RoutedState(dict):
+    """The state of the members' joint optimiser: every parameter's entry is its member
+    optimiser's own, looked up on each access (a member's loaded ``state_dict`` is seen at
+    once), so each member's moments and step counts live, and are checkpointed, where its
+    standalone run keeps them."""
 
-    _OPTIONS = ("betas", "weight_decay", "eps", "maximize", "amsgrad", "foreach", "fused")
+    def __init__(self, owners: Mapping[torch.Tensor, torch.optim.Optimizer]) -> None:
+        super().__init__()
+        self.owners = owners
 
-    def __init__(self) -> None:
-        self.state: dict[int, tuple[list, list, list, list, list]] = {}
+    def __missing__(self, param: torch.Tensor) -> dict:
+        return self.owners[param].state[param]
 
-    @staticmethod
-    def _eligible(opt: torch.optim.Optimizer) -> bool:
-        from torch.optim import optimizer as optim_module
 
-        if type(opt) not in (torch.optim.Adam, torch.optim.AdamW) or len(opt.param_groups) != 1:
-            return False
-        group = opt.param_groups[0]
-        return not (
-            group["capturable"]
-            or group["differentiable"]
-            or opt._optimizer_step_pre_hooks
-            or opt._optimizer_step_post_hooks
-            or optim_module._global_optimizer_pre_hooks
-            or optim_module._global_optimizer_post_hooks
+def joint_optimizer(optimizers: Sequence[torch.optim.Optimizer]) -> torch.optim.Optimizer:
+    """One optimiser of the members' optimisers' kind over all their parameters, whose state
+    is theirs (:class:`_RoutedState`), stepped through the update loop's one optimiser step.
+
+    Adam, AdamW, RMSprop and SGD update each parameter tensor from its own gradient and state
+    alone, so one step of this optimiser moves every member's parameters exactly as the
+    member's own ``optimizer.step()`` would; a parameter without a gradient (a member that
+    does not step: over its ``target_kl``, or stopped) is skipped and its state untouched, as
+    under its own optimiser. Members' settings (a swept learning rate) become parameter
+    groups (:func:`regroup`): one fused Adam call per distinct setting. Step hooks registered
+    on a member's optimiser do not run (the joint optimiser steps, not the member's)."""
+    kinds = {type(o) for o in optimizers}
+    if len(kinds) != 1:
+        names = sorted(k.__name__ for k in kinds)
+        raise ValueError(
+            f"--population steps its members' optimisers as one, but they are of different "
+            f"kinds ({', '.join(names)}): give every member the same --optimizer"
         )
+    # built from the members' own parameter groups, settings included (regroup merges them)
+    joint = kinds.pop()(
+        [dict(g, params=list(g["params"])) for o in optimizers for g in o.param_groups]
+    )
+    joint.state = _RoutedState(
+        {p: o for o in optimizers for g in o.param_groups for p in g["params"]}
+    )
+    return joint
 
-    def _lists(self, opt: torch.optim.Optimizer):
-        """``(params, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps)`` of ``opt``, read by its
-        own ``_init_group`` (which creates the state on the first step) and kept: the state
-        tensors are updated in place."""
-        cached = self.state.get(id(opt))
-        params = opt.param_groups[0]["params"]
-        if cached is not None and cached[0]:  # a loaded state_dict replaces the tensors
-            first = opt.state.get(cached[0][0], {})
-            if first.get("exp_avg") is not cached[1][0]:
-                cached = None
-        if cached is None or any(p.grad is None for p in params) or len(cached[0]) != len(params):
-            lists: tuple[list, list, list, list, list, list] = ([], [], [], [], [], [])
-            opt._init_group(opt.param_groups[0], *lists)
-            params_, _, exp_avgs, exp_avg_sqs, max_sqs, steps = lists
-            cached = (params_, exp_avgs, exp_avg_sqs, max_sqs, steps)
-            if len(params_) == len(params):
-                self.state[id(opt)] = cached
-        return cached
 
-    def step(self, optimizers: Sequence[torch.optim.Optimizer]) -> bool:
-        """Step ``optimizers`` jointly; False (nothing stepped) when any is not eligible."""
-        if len(optimizers) < 2 or not all(self._eligible(o) for o in optimizers):
-            return False
-        buckets: dict[tuple, list] = {}
-        for opt in optimizers:
-            group = opt.param_groups[0]
-            key = (group["lr"], group.get("decoupled_weight_decay", False)) + tuple(
-                group[k] for k in self._OPTIONS
-            )
-            buckets.setdefault(key, []).append(opt)
-        with torch.no_grad():
-            for (lr, decoupled, *options), opts in buckets.items():
-                betas, weight_decay, eps, maximize, amsgrad, foreach, fused = options
-                lists = [self._lists(o) for o in opts]
-                params = [p for ls in lists for p in ls[0]]
-                adam_step(
-                    params,
-                    [p.grad for p in params],
-                    [t for ls in lists for t in ls[1]],
-                    [t for ls in lists for t in ls[2]],
-                    [t for ls in lists for t in ls[3]],
-                    [t for ls in lists for t in ls[4]],
-                    amsgrad=amsgrad,
-                    has_complex=False,
-                    beta1=betas[0],
-                    beta2=betas[1],
-                    lr=lr,
-                    weight_decay=weight_decay,
-                    eps=eps,
-                    maximize=maximize,
-                    foreach=foreach,
-                    capturable=False,
-                    differentiable=False,
-                    fused=fused,
-                    grad_scale=None,
-                    found_inf=None,
-                    decoupled_weight_decay=decoupled,
-                )
-        return True
+def regroup(joint: torch.optim.Optimizer, optimizers: Sequence[torch.optim.Optimizer]) -> None:
+    """``joint``'s parameter groups from the members' current ones (their learning rates
+    follow their schedules): groups with equal settings merged, one per distinct setting."""
+    buckets: dict[tuple, dict[str, Any]] = {}
+    for opt in optimizers:
+        for group in opt.param_groups:
+            options = {k: v for k, v in group.items() if k != "params"}
+            key = tuple((k, _hashable(v)) for k, v in sorted(options.items()))
+            bucket = buckets.setdefault(key, dict(options, params=[]))
+            bucket["params"].extend(group["params"])
+    joint.param_groups = list(buckets.values())
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):  # a tensor learning rate: its own group
+        return ("tensor", id(value))
+    try:
+        hash(value)
+    except TypeError:
+        return ("object", id(value))
+    return value
 
 
 class _MemberStats:
@@ -388,6 +366,219 @@ def _stack(tds: Sequence[TensorDictBase]) -> TensorDictBase:
     return out
 
 
+class _MembersLoss(nn.Module):
+    """A phase's live members' losses as one loss of the update loop
+    (:func:`rlkit.training.update.update_loop`): called on the members' minibatches stacked
+    ``[L, B]`` (member ``j`` of :attr:`_Phase.live` in row ``j``), it returns each claimed
+    ``loss_*`` term summed over the members. Members are independent, so each member's
+    parameters get its own loss's gradient. The per-member outputs stay in the phase for its
+    step hook (:meth:`_Phase.after_backward`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.phase: _Phase | None = None
+
+    @property
+    def in_keys(self) -> list:
+        return self.phase.in_keys
+
+    def forward(self, minibatch: TensorDictBase) -> dict[str, torch.Tensor]:
+        return self.phase.losses(minibatch)
+
+
+class _Phase:
+    """One phase of a population's update as the update loop runs it: every live member's
+    loss group of the phase (its epochs, its minibatches from its own generator, its
+    ``target_kl``, clipping and finiteness check), the members' steps taken as one step of
+    their joint optimiser (:func:`joint_optimizer`)."""
+
+    def __init__(self, population, live, groups, phases, n: int, ctx: Context) -> None:
+        self.population = population
+        self.groups: dict[int, LossGroup] = groups  # member -> its loss group
+        self.phases = phases  # member -> its phase (the list its phase_minibatches takes)
+        self.ctx = ctx
+        self.kl_stops = {i: KLStops([groups[i]]) for i in live}
+        self.stats = _MemberStats(population.size)
+        self.position = {i: j for j, i in enumerate(live)}  # member -> row of the stacked data
+        self.params = {i: groups[i].parameters for i in live}
+        self.in_keys = list(dict.fromkeys(k for i in live for k in groups[i].loss.in_keys))
+        self.live: list[int] = []  # the members of the current minibatch, in its row order
+        self.last: list[tuple[list[int], dict[str, torch.Tensor], list[str]]] = []
+        self.totals = torch.zeros(0)
+        self.rows = TensorDict({"row": torch.arange(n)}, batch_size=[n])
+        self.epoch = 0
+        self._whole: dict[tuple, TensorDictBase] = {}
+
+    def running(self, i: int) -> bool:
+        return i not in self.population.stopped and bool(self.kl_stops[i].running([self.groups[i]]))
+
+    # ---------------------------------------------------------------- the loop's inputs
+    def minibatches(self, data: TensorDictBase, generator: torch.Generator):
+        """One epoch: each running member's minibatches, drawn from its own generator by its
+        learner's ``phase_minibatches`` (on row numbers), stacked step by step over the
+        members still running."""
+        del generator  # each member draws from its own, as its standalone run does
+        epoch, self.epoch = self.epoch, self.epoch + 1
+        orders: dict[int, list[torch.Tensor | None]] = {}
+        for i in self.position:
+            group = self.groups[i]
+            if epoch >= group.epochs or not self.running(i):
+                continue
+            if hasattr(group.loss, "diagnostics"):  # as update_loop sets a run's
+                group.loss.diagnostics = epoch == group.epochs - 1 or self.kl_stops[i].watches(
+                    group.loss
+                )
+            if epoch:  # the last epoch run's diagnostics, as a standalone run logs them
+                self.stats.discard(self.kl_stops[i].diagnostics([group]), [i])
+            split = self.population.members[i].phase_minibatches(self.phases[i])
+            orders[i] = [
+                None if part is self.rows else part.get("row")
+                for part in split(self.rows, self.population.generators[i])
+            ]
+        for step in range(min((len(o) for o in orders.values()), default=0)):
+            live = [i for i in orders if self.running(i)]
+            if not live:
+                return
+            self.live = live
+            yield self._gather(data, live, [orders[i][step] for i in live])
+
+    def _gather(self, data: TensorDictBase, live: list[int], rows: list) -> TensorDictBase:
+        """The live members' minibatches, ``[L, B]``: their whole batches (one minibatch per
+        epoch; gathered once per phase) or their rows."""
+        pos = [self.position[i] for i in live]
+        if all(r is None for r in rows):
+            key = tuple(pos)
+            if key not in self._whole:
+                whole = key == tuple(range(data.shape[0]))
+                self._whole[key] = data if whole else data[torch.tensor(pos)]
+            return self._whole[key]
+        n = data.shape[1]
+        index = torch.stack([torch.arange(n) if r is None else r for r in rows])
+        return data[torch.tensor(pos).unsqueeze(1), index]
+
+    def losses(self, minibatch: TensorDictBase) -> dict[str, torch.Tensor]:
+        """The live members' outputs (one vmapped call per set of equal hyperparameters),
+        kept in :attr:`last`; returns each claimed term summed over the members (times each
+        member group's ``scale``)."""
+        population, groups, live = self.population, self.groups, self.live
+        row = {i: j for j, i in enumerate(live)}
+        self.last, totals = [], []
+        sums: dict[str, torch.Tensor] = {}
+        for idx in population._vmap_groups(live, groups).values():
+            out = population._losses(idx, minibatch, [row[i] for i in idx], groups)
+            names = _group_terms(groups[idx[0]], out, [groups[idx[0]]])
+            self.last.append((idx, out, names))
+            scales = [groups[i].scale for i in idx]
+            total = 0.0
+            for t in names:
+                term = out[t]
+                if any(s != 1.0 for s in scales):
+                    term = term * term.new_tensor(scales)
+                total = total + term.detach()
+                # a member's non-finite loss stops that member (after_backward), not the
+                # run: the loop sees (and checks) the sum of the finite ones; the gradient
+                # reaching each finite member's term is the same 1
+                term = term.where(torch.isfinite(term.detach()), 0.0).sum()
+                sums[t] = term if t not in sums else sums[t] + term
+            totals.append(torch.as_tensor(total).reshape(-1).expand(len(idx)))
+        #: each member's loss value (its terms' sum, times its group's scale), in step order
+        self.totals = torch.cat(totals) if totals else torch.zeros(0)
+        return sums
+
+    # ---------------------------------------------------------------- the step hook
+    def after_backward(self) -> None:
+        """The loop's ``transform_grads`` of the joint step: per member, what the loop's step
+        does for a run (the ``target_kl`` stop, the group's own ``transform_grads``, the
+        gradient norm, its finiteness check and clipping); a member that does not step (over
+        its ``target_kl``, or stopped by a non-finite gradient) has its gradients dropped, so
+        the joint step leaves its parameters and optimiser state as they are."""
+        population, groups = self.population, self.groups
+        order = [i for idx, _, _ in self.last for i in idx]
+        over = self._over_target_kl()
+        for i in over:
+            self._drop(i)
+        norms = self._norms([i for i in order if i not in over])
+        moving = [i for i in order if i not in population.stopped and i not in over]
+        self.ctx.counters.updates += len(moving) - 1  # the loop counts the joint step once
+        for idx, out, _ in self.last:
+            kept = [j for j, i in enumerate(idx) if i not in population.stopped]
+            if kept:
+                self.stats.add([idx[j] for j in kept], out, kept)
+        self.stats.add_floats({i: {groups[i].grad_name: v} for i, v in norms.items()})
+        for i in order:
+            self.kl_stops[i].record([groups[i]], [groups[i]] if i in moving else [])
+
+    def _drop(self, i: int) -> None:
+        for p in self.params[i]:
+            p.grad = None
+
+    def _over_target_kl(self) -> set[int]:
+        """The members whose ``target_kl`` the minibatch's approx_kl exceeds 1.5 times (one
+        host transfer for all)."""
+        watched = [
+            (i, self.groups[i], approx_kl_of(self.groups[i], out)[j])
+            for idx, out, _ in self.last
+            for j, i in enumerate(idx)
+            if self.groups[i].target_kl is not None
+        ]
+        if not watched:
+            return set()
+        kls = torch.stack([kl.float() for _, _, kl in watched]).tolist()
+        return {i for (i, group, _), kl in zip(watched, kls) if over_target_kl(kl, group)}
+
+    def _norms(self, checked: list[int]) -> dict[int, float]:
+        """Each member's ``clip_grad_norm_`` as its own step takes it (its gradient norm, one
+        host transfer for all members, then its clipping); a member whose norm or loss value
+        is not finite (the checks of a run's step) is stopped (its gradients dropped) and
+        reported."""
+        if not checked:
+            return {}
+        for i in checked:
+            if self.groups[i].transform_grads is not None:
+                self.groups[i].transform_grads()
+        # what clip_grad_norm_ computes for each member (torch's per-tensor norms, then their
+        # norm; the clip coefficient), for all members at once: one per-tensor norm call
+        grads = {i: [p.grad for p in self.params[i] if p.grad is not None] for i in checked}
+        per_tensor = torch._foreach_norm([g for i in checked for g in grads[i]], 2.0)
+        norms, start = [], 0
+        for i in checked:
+            k = len(grads[i])
+            norms.append(torch.linalg.vector_norm(torch.stack(per_tensor[start : start + k]), 2.0))
+            start += k
+        stacked = torch.stack(norms)
+        limits = [self.groups[i].max_grad_norm or math.inf for i in checked]
+        # max_norm / (norm + 1e-6) as torch computes it (a reciprocal, then a product)
+        coefs = torch.clamp((stacked + 1e-6).reciprocal() * stacked.new_tensor(limits), max=1.0)
+        out: dict[int, float] = {}
+        # the norms and the members' loss values in one host transfer (as a run checks both)
+        order = {i: j for j, i in enumerate(i for idx, _, _ in self.last for i in idx)}
+        losses = self.totals[torch.tensor([order[i] for i in checked])]
+        values = torch.cat([stacked, losses.to(stacked)]).tolist()
+        for j, (i, value) in enumerate(zip(checked, values)):
+            loss = values[len(checked) + j]
+            if not (math.isfinite(value) and math.isfinite(loss)):
+                self.population.stopped[i] = (
+                    f"non-finite loss or gradient (loss {loss:.4g}, gradient norm "
+                    f"{value}) at {self.ctx.counters.frames:,} frames"
+                )
+                self._drop(i)
+                continue
+            if self.groups[i].max_grad_norm:
+                torch._foreach_mul_(grads[i], coefs[j])
+            out[i] = value
+        return out
+
+    def _total(self, i: int) -> float:
+        for idx, out, names in self.last:
+            if i in idx:
+                j = idx.index(i)
+                return float(sum(out[t][j].detach() for t in names))
+        return math.nan
+
+    def result(self, i: int) -> dict[str, float]:
+        return self.stats.result(i) | self.kl_stops[i].result()
+
+
 class PopulationLearner(Learner):
     """P members (learners with one loss group over ``actor`` and ``critic``, e.g. PPO and
     A2C) trained as one run; see the module docstring.
@@ -410,6 +601,10 @@ class PopulationLearner(Learner):
             member's ``None``): the member samples from its own stream (``rng_states``).
     """
 
+    #: a population collects in this process (its env holds every member's workers' sub-envs
+    #: and its policy samples each worker's block from that worker's stream)
+    collects_in_process = True
+
     def __init__(
         self,
         members: Sequence[Learner],
@@ -424,9 +619,9 @@ class PopulationLearner(Learner):
         if not members:
             raise ValueError("a population needs at least one member")
         #: members that update one after the other, each by its own ``update`` (PPG)
-        self.sequential = all(getattr(m, "population_sequential", False) for m in members)
+        self.sequential = all(m.population_sequential for m in members)
         for m in members if not self.sequential else ():
-            if not (hasattr(m, "shared_update") and m.shared_update()):
+            if not m.shared_update():
                 raise ValueError(
                     f"--population trains learners whose update is a sequence of loss groups on "
                     f"one batch (ppo, a2c, daac) or update member by member (ppg, impala, appo); "
@@ -484,7 +679,8 @@ class PopulationLearner(Learner):
         # each member loss's parameters and buffers by name, the live tensors (read once per
         # loss: optimisers and checkpoint loads update them in place)
         self._tensors: dict[int, dict[str, torch.Tensor]] = {}
-        self._joint = _JointAdam()
+        #: the update loop's group per set of members' optimisers (:meth:`_loop_group`)
+        self._loop_groups: dict[tuple, LossGroup] = {}
 
     def restart_collection(self, offset: int) -> None:
         """The worker streams of a resumed run: seeded, as a resumed standalone run seeds
@@ -579,7 +775,7 @@ class PopulationLearner(Learner):
         for k in range(len(phases[active[0]])):  # equal settings give equal phase plans
             live = [i for i in active if i not in self.stopped]
             if live:
-                for i, r in self._train(live, flats, {i: phases[i][k][0] for i in live}, ctx):
+                for i, r in self._train(live, flats, {i: phases[i][k] for i in live}, ctx):
                     results[i] |= r
         out: dict[str, float] = {}
         for i in active:
@@ -615,38 +811,41 @@ class PopulationLearner(Learner):
         out["members_active"] = float(self.size - len(self.stopped))
         return out
 
-    def _train(self, active: list[int], flats, groups: Mapping[int, Any], ctx: Context):
-        """One phase: every member's group trained for its epochs on its minibatches, the
-        members' steps taken together. Yields ``(member, metrics)``."""
-        for i in active:
-            _validate([groups[i]])
-        stats = _MemberStats(self.size)
-        epochs = groups[active[0]].epochs
-        kl_stops = {i: KLStops([groups[i]]) for i in active}  # each member's own target_kl
-        for epoch in range(epochs):
-            batches = {
-                i: list(self.members[i]._minibatches(flats[i], self.generators[i]))
-                for i in active
-                if i not in self.stopped and kl_stops[i].running([groups[i]])
-            }
-            for i in batches:
-                loss = groups[i].loss
-                if hasattr(loss, "diagnostics"):
-                    loss.diagnostics = epoch == epochs - 1 or kl_stops[i].watches(loss)
-                if epoch:  # the last epoch run's diagnostics, as a standalone run logs them
-                    stats.discard(kl_stops[i].diagnostics([groups[i]]), [i])
-            steps = min((len(b) for b in batches.values()), default=0)
-            for step in range(steps):
-                live = [
-                    i for i in batches if i not in self.stopped and kl_stops[i].running([groups[i]])
-                ]
-                if not live:
-                    break
-                stepped = self._step(live, {i: batches[i][step] for i in live}, groups, ctx, stats)
-                for i in live:
-                    kl_stops[i].record([groups[i]], [groups[i]] if i in stepped else [])
-        self.__dict__.pop("_stack_cache", None)  # this phase's batches
-        return [(i, stats.result(i) | kl_stops[i].result()) for i in active]
+    def _train(self, active: list[int], flats, phases: Mapping[int, list], ctx: Context):
+        """One phase through the update loop: every member's group trained for its epochs on
+        its minibatches, the members' steps taken as one (:class:`_Phase`). Yields
+        ``(member, metrics)``."""
+        groups = {i: phases[i][0] for i in active}
+        phase = _Phase(self, active, groups, phases, flats[active[0]].shape[0], ctx)
+        group = self._loop_group(active, groups)
+        group.loss.phase = phase
+        group.transform_grads = phase.after_backward
+        group.epochs = max(g.epochs for g in groups.values())
+        regroup(group.optimizer, [groups[i].optimizer for i in active])
+        data = _stack([flats[i] for i in active])
+        try:
+            update_loop([group], data, ctx, minibatches=phase.minibatches)
+        finally:
+            group.loss.phase = None
+            group.transform_grads = None
+        return [(i, phase.result(i)) for i in active]
+
+    def _loop_group(self, active: list[int], groups: Mapping[int, LossGroup]) -> LossGroup:
+        """The update loop's one group for these members' groups: their joint optimiser
+        (:func:`joint_optimizer`) and :class:`_MembersLoss`, kept while the same optimisers
+        train together (the loop checks a group's terms on its first step only)."""
+        key = tuple(id(groups[i].optimizer) for i in active)
+        group = self._loop_groups.get(key)
+        if group is None:
+            first = groups[active[0]]
+            group = LossGroup(
+                first.name,
+                _MembersLoss(),
+                joint_optimizer([groups[i].optimizer for i in active]),
+                grad_name=first.grad_name,
+            )
+            self._loop_groups[key] = group
+        return group
 
     def _vmap_groups(self, live: Sequence[int], groups) -> dict[tuple, list[int]]:
         by_key: dict[tuple, list[int]] = {}
@@ -655,136 +854,27 @@ class PopulationLearner(Learner):
             by_key.setdefault(key, []).append(i)
         return by_key
 
-    def _losses(self, idx: list[int], minibatches, groups) -> tuple[dict, torch.Tensor]:
-        """The loss outputs of members ``idx`` (equal hyperparameters) as ``[len(idx)]``
-        tensors, and their per-member totals: one vmapped call, or the member's own loss
-        when it is alone (exactly a standalone run's step)."""
+    def _losses(self, idx: list[int], minibatch: TensorDictBase, rows: list[int], groups):
+        """The loss outputs of members ``idx`` (equal hyperparameters; their minibatches in
+        ``rows`` of ``minibatch``) as ``[len(idx)]`` tensors: one vmapped call, or the
+        member's own loss when it is alone (exactly a standalone run's step)."""
         first = groups[idx[0]].loss
         if len(idx) == 1:
-            out = {k: v.unsqueeze(0) for k, v in first(minibatches[idx[0]]).items()}
-        else:
-            key = (groups[idx[0]].name, *sorted(_plain_attributes(first).items()))
-            group = self._groups.get(key)
-            if group is None:
-                group = self._groups[key] = _VmapGroup(first)
-            group.sync(first)
-            tensors = [self._tensors_of(groups[i].loss) for i in idx]
-            out = group(tensors, self._stacked(idx, minibatches))
-        g = groups[idx[0]]
-        names = _group_terms(g, {k: v[0] for k, v in out.items()}, [g])
-        return out, sum(out[t] for t in names)
+            return {k: v.unsqueeze(0) for k, v in first(minibatch[rows[0]]).items()}
+        key = (groups[idx[0]].name, *sorted(_plain_attributes(first).items()))
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = _VmapGroup(first)
+        group.sync(first)
+        tensors = [self._tensors_of(groups[i].loss) for i in idx]
+        if rows != list(range(minibatch.shape[0])):
+            minibatch = minibatch[torch.tensor(rows)]
+        return group(tensors, minibatch)
 
     def _tensors_of(self, loss: nn.Module) -> dict[str, torch.Tensor]:
         if id(loss) not in self._tensors:
             self._tensors[id(loss)] = _Networks(loss).tensors()
         return self._tensors[id(loss)]
-
-    def _stacked(self, idx: list[int], minibatches) -> TensorDictBase:
-        """The members' minibatches stacked ``[len(idx), B]``; when every member trains on its
-        whole batch (one minibatch per epoch) the stack is made once per update."""
-        parts = [minibatches[i] for i in idx]
-        cache = self.__dict__.setdefault("_stack_cache", {})
-        key = tuple(idx)
-        hit = cache.get(key)
-        if hit is not None and all(a is b for a, b in zip(hit[0], parts)):
-            return hit[1]
-        stacked = _stack(parts)
-        cache[key] = (parts, stacked)
-        return stacked
-
-    def _step(self, live, minibatches, groups, ctx, stats) -> set[int]:
-        """One step of every live member (those whose ``target_kl`` this minibatch's
-        approx_kl exceeds 1.5 times do not step, as :func:`rlkit.training.update.update_loop`
-        skips them); returns the members that stepped."""
-        for i in live:
-            groups[i].optimizer.zero_grad(set_to_none=True)
-        results = [
-            (idx, *self._losses(idx, minibatches, groups))
-            for idx in self._vmap_groups(live, groups).values()
-        ]
-        totals = torch.cat([total for _, _, total in results])
-        totals.sum().backward()
-        order = [i for idx, _, _ in results for i in idx]
-        # a member over its target_kl does not step, so its gradient is neither clipped nor
-        # checked (its standalone run never reaches the optimiser's finiteness check there)
-        over = self._over_target_kl(results, groups)
-        checked = [i for i in order if i not in over]
-        norms = self._clip(checked, groups, dict(zip(order, totals.detach())), ctx)
-        moving = [i for i in order if i not in self.stopped and i not in over]
-        stepping = [groups[i].optimizer for i in moving]
-        if not self._joint.step(stepping):
-            for optimizer in stepping:
-                optimizer.step()
-        ctx.counters.updates += len(stepping)
-        for idx, out, _ in results:
-            kept = [j for j, i in enumerate(idx) if i not in self.stopped]
-            if kept:
-                stats.add([idx[j] for j in kept], out, kept)
-        stats.add_floats({i: {groups[i].grad_name: v} for i, v in norms.items() if i not in over})
-        return set(moving)
-
-    @staticmethod
-    def _over_target_kl(results, groups) -> set[int]:
-        """The members whose ``target_kl`` the minibatch's approx_kl exceeds 1.5 times (one
-        host transfer for all)."""
-        watched = [
-            (i, groups[i], approx_kl_of(groups[i], out)[j])
-            for idx, out, _ in results
-            for j, i in enumerate(idx)
-            if groups[i].target_kl is not None
-        ]
-        if not watched:
-            return set()
-        kls = torch.stack([kl.float() for _, _, kl in watched]).tolist()
-        return {i for (i, group, _), kl in zip(watched, kls) if over_target_kl(kl, group)}
-
-    def _clip(self, live, groups, totals, ctx) -> dict[int, float]:
-        """Every member's ``clip_grad_norm_`` (its global norm, its ``max_grad_norm``) from one
-        ``_foreach_norm`` over all members' gradients and one host transfer; a member whose
-        norm is not finite is stopped (its gradients dropped) and reported."""
-        if not live:  # every member over its target_kl at this step
-            return {}
-        params = {i: self._params(groups[i].optimizer) for i in live}
-        params_flat = [p for i in live for p in params[i]]
-        grads = [p.grad for p in params_flat]
-        if any(g is None for g in grads):
-            grads = [
-                torch.zeros_like(p) if p.grad is None else p.grad for i in live for p in params[i]
-            ]
-        per_tensor = torch._foreach_norm(grads, 2.0)
-        member_norms, start = {}, 0
-        for i in live:
-            k = len(params[i])
-            member_norms[i] = torch.linalg.vector_norm(
-                torch.stack(per_tensor[start : start + k]), 2.0
-            )
-            start += k
-        values = torch.stack(list(member_norms.values())).tolist()
-        out: dict[int, float] = {}
-        start = 0
-        for i, value in zip(live, values):
-            k, start = len(params[i]), start + len(params[i])
-            if not math.isfinite(value):
-                self.stopped[i] = (
-                    f"non-finite loss or gradient (loss {float(totals[i].detach()):.4g}, "
-                    f"gradient norm {value}) at {ctx.counters.frames:,} frames"
-                )
-                groups[i].optimizer.zero_grad(set_to_none=True)
-                continue
-            max_norm = groups[i].max_grad_norm
-            if max_norm:
-                coef = torch.clamp(max_norm / (member_norms[i] + 1e-6), max=1.0)
-                torch._foreach_mul_(grads[start - k : start], coef)
-            out[i] = value
-        return out
-
-    def _params(self, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
-        cache = self.__dict__.setdefault("_param_lists", {})
-        if id(optimizer) not in cache:
-            cache[id(optimizer)] = [
-                p for g in optimizer.param_groups for p in g["params"] if p.requires_grad
-            ]
-        return cache[id(optimizer)]
 
 
 # --------------------------------------------------------------------------- aggregates
