@@ -139,6 +139,12 @@ def test_flag_choices_are_the_modules_own():
     assert daac_loss.ADVANTAGE_NORMS == daac.ADVANTAGE_NORMS
     assert daac_loss.ADVANTAGE_TARGETS == daac.ADVANTAGE_TARGETS
     assert dqn_loss.PRIORITY_WEIGHT_NORMS == offpolicy.PRIORITY_WEIGHT_NORMS
+    # a population member's collector workers are seeded as its standalone run's
+    from rlkit.configs import impala
+    from rlkit.data import async_collect
+
+    for seed, worker in [(0, 0), (0, 3), (7, 1), (123, 5)]:
+        assert impala.worker_seed(seed, worker) == async_collect.worker_seed(seed, worker)
 
 
 @pytest.mark.parametrize("name", algorithms.NAMES)

@@ -30,7 +30,9 @@ from rlkit.configs.suites import MINATAR_PPO
 
 def worker_seed(seed: int, worker: int) -> int:
     """The seed of collector worker ``worker`` of a run seeded ``seed``: its torch stream
-    (``torch.manual_seed``) and its first env (``rlkit.data.async_collect.WorkerCollector``)."""
+    (``torch.manual_seed``) and its first env, as ``rlkit.data.async_collect.worker_seed``
+    seeds a ``WorkerCollector``'s workers (the data layer takes no config; tests/test_startup.py
+    checks that the two rules agree)."""
     return seed + 100 * worker
 
 

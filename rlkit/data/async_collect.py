@@ -56,14 +56,23 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from rlkit import keys
-from rlkit.configs.impala import worker_seed
 
 __all__ = [
     "POLICY_LAG",
     "POLICY_VERSION",
     "WorkerCollector",
+    "worker_seed",
     "worker_collector_factory",
 ]
+
+
+def worker_seed(seed: int, worker: int) -> int:
+    """The seed of worker ``worker`` of a :class:`WorkerCollector` seeded ``seed``: its torch
+    stream (``torch.manual_seed``) and its first env. The config layer states the same rule,
+    torch-free, for a population's members (``rlkit.configs.impala.worker_seed``;
+    tests/test_startup.py checks that the two agree)."""
+    return seed + 100 * worker
+
 
 #: ``[N, T]`` int64: the learner version of the weights that acted (0: the initial weights).
 POLICY_VERSION = keys.POLICY_VERSION
