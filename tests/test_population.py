@@ -556,3 +556,24 @@ def test_members_step_through_the_update_loops_key_contract(monkeypatch):
     )
     with pytest.raises(MissingKeyError, match=r"(?s)missing required key.*'advantage'"):
         _population("ppo", SETTINGS[:2], 1)
+
+
+@pytest.mark.parametrize(("algo", "warned"), [("ppg", True), ("ppo", False)])
+def test_a_population_that_updates_member_by_member_says_so_once(algo, warned, caplog):
+    """A slower path is never silent: PPG's members update one after another (no vmapped
+    form), which costs about P times one member's update; one warning line says so when the
+    population is built. PPO's vmapped update says nothing."""
+    settings = SETTINGS[:2]
+    env = make_env("CartPole-v1", num_envs=N_ENVS * len(settings), seed=0)
+    members = [load(algo).build(dataclasses.replace(_base(algo), **s), env) for s in settings]
+    states = [torch.get_rng_state()] * len(settings)
+    with caplog.at_level("WARNING", logger="rlkit.training.population"):
+        PopulationLearner(
+            members, states, num_envs=N_ENVS, seeds=[s["seed"] for s in settings], settings=settings
+        )
+    env.close()
+    lines = [r.getMessage() for r in caplog.records if r.name == "rlkit.training.population"]
+    if warned:
+        assert len(lines) == 1 and "one after another" in lines[0] and "2x" in lines[0], lines
+    else:
+        assert lines == []

@@ -45,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import logging
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -66,6 +67,8 @@ from rlkit.training.update import (
     over_target_kl,
     update_loop,
 )
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["PopulationLearner", "PopulationPolicy", "member_key"]
 
@@ -620,6 +623,13 @@ class PopulationLearner(Learner):
             raise ValueError("a population needs at least one member")
         #: members that update one after the other, each by its own ``update`` (PPG)
         self.sequential = all(m.population_sequential for m in members)
+        if self.sequential and len(members) > 1:
+            # a slower path is never silent: one line, on stderr unless logging is set up
+            _log.warning(
+                f"warning: {members[0].algo} population: the {len(members)} members update one "
+                f"after another (its update has no vmapped form), so an update costs about "
+                f"{len(members)}x one member's; collection and evaluation are still shared"
+            )
         for m in members if not self.sequential else ():
             if not m.shared_update():
                 raise ValueError(
