@@ -503,6 +503,10 @@ class PopulationLearner(Learner):
     def size(self) -> int:
         return len(self.members)
 
+    def settings_read_later(self) -> set[str]:
+        """What any member reads after its first update (:meth:`Learner.settings_read_later`)."""
+        return set().union(*(m.settings_read_later() for m in self.members))
+
     def modules(self) -> dict[str, nn.Module]:
         return {
             member_key(self.first + i, k): v
