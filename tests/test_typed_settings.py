@@ -35,6 +35,15 @@ SMALL = ["--num-envs", "2", "--rollout-steps", "16", "--minibatch-size", "32", "
 SMALL += ["--total-frames", "64", "--eval-episodes", "1", "--progress", "false"]
 
 
+@pytest.fixture(autouse=True)
+def _no_reads_before():
+    """Reads recorded by earlier tests of this process (a config made starts recording
+    until an engine's first update ends it) would count here."""
+    config_module.stop_tracking()
+    yield
+    config_module.stop_tracking()
+
+
 def _parse(argv, presets=None):
     return parse_config(PPOConfig, argv, presets=presets)
 
@@ -180,6 +189,14 @@ def test_a_default_recipe_run_is_not_refused(tmp_path):
     summary = importlib.import_module("rlkit.algorithms.ppo").train(cfg)
     assert summary["frames"] == 64
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["value_lr"] == 5e-4
+
+
+def test_a_swept_setting_that_no_member_reads_is_refused(tmp_path):
+    run_dir = tmp_path / "run"
+    cfg = _parse([*SMALL, "--sweep", "value_lr=1e-4,3e-4", "--run-dir", str(run_dir)])
+    message = _refused(cfg, run_dir)
+    assert message.startswith("--sweep value_lr=1e-4,3e-4 was set but nothing in this run")
+    assert NEVER_READ in message, message
 
 
 @pytest.mark.slow  # a subprocess

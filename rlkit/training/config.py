@@ -69,6 +69,22 @@ def _note_read(name: str) -> None:
     _READS.names.add(name)
 
 
+def _tracking_getattribute(self: Any, name: str) -> Any:
+    """``TrainConfig.__getattribute__`` while reads are recorded (only then: otherwise an
+    attribute read costs what a plain dataclass's does)."""
+    if name[0] != "_":
+        _note_read(name)
+    return object.__getattribute__(self, name)
+
+
+def _record(names: set[str] | None) -> None:
+    _READS.names = names
+    if names is not None:
+        TrainConfig.__getattribute__ = _tracking_getattribute  # type: ignore[method-assign]
+    elif "__getattribute__" in TrainConfig.__dict__:
+        del TrainConfig.__getattribute__
+
+
 def start_tracking() -> set[str]:
     """Record the names of the config attributes read (``cfg.lr``, ``getattr(cfg, "lr",
     None)``) on any :class:`TrainConfig` of this process, from now until
@@ -79,13 +95,14 @@ def start_tracking() -> set[str]:
     stdlib's copies (``dataclasses.replace`` / ``asdict``, ``copy``, ``pickle``) are not
     reads."""
     if _READS.names is None:
-        _READS.names = set()
-    return _READS.names
+        _record(set())
+    return _READS.names  # type: ignore[return-value]
 
 
 def stop_tracking() -> set[str]:
     """Stop recording reads (:func:`start_tracking`); returns the names recorded."""
-    names, _READS.names = _READS.names, None
+    names = _READS.names
+    _record(None)
     return names if names is not None else set()
 
 
@@ -94,13 +111,13 @@ def track_reads() -> Iterator[set[str]]:
     """The config attributes read while the block runs, recorded into the set it yields
     (:func:`start_tracking`); the recording in progress before, if any, goes on after."""
     previous, names = _READS.names, set()
-    _READS.names = names
+    _record(names)
     try:
         yield names
     finally:
         if previous is not None:
             previous |= names
-        _READS.names = previous
+        _record(previous)
 
 
 @contextlib.contextmanager
@@ -292,13 +309,6 @@ class TrainConfig:
             extend=True,
         ),
     )
-
-    def __getattribute__(self, name: str) -> Any:
-        # a read is recorded only while the engine tracks them (track_reads): otherwise
-        # this costs one attribute test per access
-        if _READS.names is not None and name[0] != "_":
-            _note_read(name)
-        return object.__getattribute__(self, name)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -381,55 +381,31 @@ def _agree(fabric, shared, check: Callable[[], Any]):
 #: the engine's own settings (:class:`TrainConfig`'s)
 _ENGINE_SETTINGS = tuple(f.name for f in dataclasses.fields(TrainConfig))
 
-#: engine settings that only training uses: ``--eval-only`` reads none of them
-_TRAINING_ONLY = frozenset(
-    {
-        "total_frames",
-        "target_return",
-        "eval_every",
-        "checkpoint_every",
-        "log_every",
-        "progress",
-        "log_scalars",
-        "snapshot_best",
-        "video_every",
-        "compile",
-        "population",
-        "population_seeds",
-        "sweep",
-        "resume",
-        "overwrite",
-    }
-)
 
-#: Settings the recipes' learners read only after their first update, so that the check
-#: of typed settings (Engine._check_typed) cannot see them read; each counts as read, and
-#: the reason is why it is read later.
-_READ_LATER_REASONS: dict[str, str] = {}
-_READ_LATER = frozenset(_READ_LATER_REASONS)
+def _swept(cfg: TrainConfig) -> dict[str, str]:
+    """The settings ``--sweep`` varies, each with its entry (``lr=1e-4,3e-4``)."""
+    entries = cfg.sweep or ()
+    return {str(e).partition("=")[0].strip().replace("-", "_"): str(e) for e in entries}
 
 
 def _read_engine_settings(cfg: TrainConfig) -> None:
-    """Read every engine setting this run uses, where the engine may read it only later (at
-    the first evaluation, checkpoint or log row) or before reads are tracked (the launch):
-    a typed one counts as read. ``--init-from`` is read where it is used (a resumed run
-    does not); ``--eval-only`` reads none of the training settings."""
-    skip = {"init_from"} if not cfg.eval_only else set(_TRAINING_ONLY)
+    """Read every engine setting where the engine may read it only later (at the first
+    evaluation, checkpoint or log row) or before reads are tracked (the launch): a typed one
+    counts as read. ``--eval-only`` reads the training settings too (a training command with
+    ``--eval-only`` added evaluates what it would train). ``--init-from`` is read where it
+    is used: a resumed run does not read it."""
     for name in _ENGINE_SETTINGS:
-        if name not in skip:
+        if name != "init_from" or cfg.eval_only:
             getattr(cfg, name)
-    if not cfg.eval_only:  # batch_floor's
-        getattr(cfg, "min_episodes", None)
-        getattr(cfg, "min_steps", None)
+    getattr(cfg, "min_episodes", None)  # batch_floor's
+    getattr(cfg, "min_steps", None)
 
 
 def _unread_message(cfg: TrainConfig, unread: list[str], build: Callable) -> str:
     """One line naming the first of the typed settings nothing read, why, and the fix."""
     name = unread[0]
     fix = "drop it"
-    if name in _ENGINE_SETTINGS and cfg.eval_only:
-        why = "--eval-only trains nothing"
-    elif name == "init_from":
+    if name == "init_from":
         why = "--resume continues the run from its own weights"
     elif name in _ENGINE_SETTINGS:
         why = f"the engine never read cfg.{name}"
@@ -445,7 +421,9 @@ def _unread_message(cfg: TrainConfig, unread: list[str], build: Callable) -> str
     more = ""
     if len(unread) > 1:
         more = "; also unread: " + ", ".join("--" + n.replace("_", "-") for n in unread[1:])
-    return f"{as_flag(cfg, name)} was set but nothing in this run reads it ({why}): {fix}{more}"
+    swept = _swept(cfg)
+    shown = f"--sweep {swept[name]}" if name in swept else as_flag(cfg, name)
+    return f"{shown} was set but nothing in this run reads it ({why}): {fix}{more}"
 
 
 # --------------------------------------------------------------------------- the loop
@@ -516,9 +494,9 @@ class Engine:
         self._reads_before: set[str] = set()
 
     def fit(self) -> dict[str, Any]:
-        # the config reads so far (the recipe's, since its config was made), for ranks that
-        # a launcher starts in new processes
-        self._reads_before = set(start_tracking())
+        # the config reads so far (the recipe's, since its config was made), carried to the
+        # ranks (a launcher may start them in new processes), which record their own
+        self._reads_before = stop_tracking()
         fabric = make_fabric(self.cfg)
         if self.cfg.sweep or self.cfg.population > 1:
             from rlkit.training.population import rank_members
@@ -693,7 +671,9 @@ class Engine:
             gathered: list[Any] = [None] * fabric.world_size
             torch.distributed.all_gather_object(gathered, sorted(reads))
             reads = set().union(*gathered)
-        unread = unread_settings(self.cfg, reads | _READ_LATER)
+        unread = unread_settings(self.cfg, reads)
+        # a swept setting is typed too: each member's config has its own value of it
+        unread += [n for n in _swept(self.cfg) if n not in reads and n not in unread]
         if unread:
             raise ValueError(_unread_message(self.cfg, unread, self.build))
 
