@@ -505,7 +505,8 @@ class PopulationLearner(Learner):
 
     def settings_read_later(self) -> set[str]:
         """What any member reads after its first update (:meth:`Learner.settings_read_later`)."""
-        return set().union(*(m.settings_read_later() for m in self.members))
+        later = (getattr(m, "settings_read_later", None) for m in self.members)
+        return set().union(*(f() for f in later if f is not None))
 
     def modules(self) -> dict[str, nn.Module]:
         return {
