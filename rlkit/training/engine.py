@@ -618,9 +618,9 @@ class Engine:
             self._first_update(fabric, start)
         except NonFiniteError as err:
             start.close()
+            advice = err.advice or "Lower the learning rate or clip gradients (--max-grad-norm)"
             raise NonFiniteError(
-                f"{err}: training stopped; no checkpoint had been written yet. Lower the "
-                "learning rate or clip gradients (--max-grad-norm)"
+                f"{err}: training stopped; no checkpoint had been written yet. {advice}"
             ) from None
         except BaseException:
             start.close()
