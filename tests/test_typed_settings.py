@@ -193,10 +193,11 @@ def test_a_default_recipe_run_is_not_refused(tmp_path):
 
 def test_a_swept_setting_that_no_member_reads_is_refused(tmp_path):
     run_dir = tmp_path / "run"
-    cfg = _parse([*SMALL, "--sweep", "value_lr=1e-4,3e-4", "--run-dir", str(run_dir)])
+    # the tutorial's former build gives its loss no entropy coefficient
+    cfg = _parse([*SMALL, "--sweep", "entropy_coef=0.0,0.01", "--run-dir", str(run_dir)])
     message = _refused(cfg, run_dir)
-    assert message.startswith("--sweep value_lr=1e-4,3e-4 was set but nothing in this run")
-    assert NEVER_READ in message, message
+    assert message.startswith("--sweep entropy_coef=0.0,0.01 was set but nothing in this run")
+    assert "never read cfg.entropy_coef;" in message, message
 
 
 @pytest.mark.slow  # a subprocess

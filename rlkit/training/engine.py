@@ -55,6 +55,7 @@ from rlkit.training.config import (
     start_tracking,
     stop_tracking,
     to_dict,
+    typed_settings,
     unread_settings,
 )
 from rlkit.training.config import save_config as _save_config
@@ -557,8 +558,11 @@ class Engine:
             start = self._start(fabric)
         finally:
             reads = stop_tracking() | self._reads_before
-        # 3. a setting typed that nothing read, refused before anything is written
+        # 3. a setting typed that nothing read, refused before anything is written (not for
+        # --eval-only: it runs no update, which reads the training settings)
         try:
+            if cfg.eval_only:
+                reads = set(typed_settings(cfg))
             later = getattr(start.built.learner, "settings_read_later", None)  # a Learner's
             reads |= set(later()) if later is not None else set()
             self._check_typed(fabric, reads)
