@@ -160,6 +160,16 @@ class OffPolicyLearner(Learner):
         self.nstep_tail = None if tail is None else TensorDict(tail["rows"], tail["shape"])
         self.explore.epsilon = self.exploration_epsilon(self.frames, self.batches)
 
+    def settings_read_later(self) -> set[str]:
+        """What the update reads once the warm-up is over (the update-to-data ratio, the
+        reward transform, the learning-rate schedule), and
+        ``--save-buffer``, read at a checkpoint."""
+        cfg = self.cfg
+        later = {"utd_ratio", "standardize_reward", "reward_scale", "lr_schedule", "save_buffer"}
+        if cfg.lr_schedule != "constant":
+            later |= {"lr_final", "lr_decay_frames"}
+        return later
+
     # ---------------------------------------------------------------- to override
     def exploration_epsilon(self, frames: int, batches: int) -> float:
         """Probability of a uniform random action after ``frames`` frames / ``batches``:

@@ -226,6 +226,13 @@ class PPGLearner(PolicyGradientLearner):
         schedules.set_lr(self.value_optimizer, out["lr"])
         return out
 
+    def settings_read_later(self) -> set[str]:
+        """The auxiliary phase's settings, read at the first auxiliary phase (after
+        ``--n-pi`` updates)."""
+        if self.cfg.aux_epochs <= 0:
+            return set()
+        return {"aux_lr", "aux_minibatches", "aux_grad_accum"}
+
     def _aux_lr(self, lr: float) -> float:
         """The auxiliary learning rate follows the policy-phase schedule's ratio."""
         cfg = self.cfg

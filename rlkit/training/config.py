@@ -17,13 +17,14 @@ Example::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import math
 import re
 import sys
 import types
 import typing
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,116 @@ from rlkit.configs.suites import UNTIMED_SUITES, preset_for, suite_key
 
 def _help(text: str, **kw: Any) -> dict[str, Any]:
     return {"help": text, **kw}
+
+
+# --------------------------------------------------------------------------- read tracking
+
+
+class _ReadLog:
+    """The config fields read while :func:`track_reads` is on (``names``; None: off), and
+    how deep :func:`untracked` sections are nested (``paused``)."""
+
+    def __init__(self) -> None:
+        self.names: set[str] | None = None
+        self.paused = 0
+
+
+_READS = _ReadLog()
+
+#: reads that do not use a setting: the generated comparisons and repr, and the stdlib's
+#: copies (``dataclasses.replace``, ``asdict``, ``copy``, ``pickle``) read every field
+_NOT_USES = frozenset({"__eq__", "__repr__", "__hash__"})
+_NOT_USING_MODULES = frozenset({"dataclasses", "copy", "copyreg", "pickle"})
+
+
+def _note_read(name: str) -> None:
+    if _READS.paused or _READS.names is None:
+        return
+    caller = sys._getframe(2)  # _note_read <- __getattribute__ <- the reader
+    if caller.f_code.co_name in _NOT_USES or caller.f_globals.get("__name__") in (
+        _NOT_USING_MODULES
+    ):
+        return
+    _READS.names.add(name)
+
+
+def _tracking_getattribute(self: Any, name: str) -> Any:
+    """``TrainConfig.__getattribute__`` while reads are recorded (only then: otherwise an
+    attribute read costs what a plain dataclass's does)."""
+    if name[0] != "_":
+        _note_read(name)
+    return object.__getattribute__(self, name)
+
+
+def _record(names: set[str] | None) -> None:
+    _READS.names = names
+    if names is not None:
+        TrainConfig.__getattribute__ = _tracking_getattribute  # type: ignore[method-assign]
+    elif "__getattribute__" in TrainConfig.__dict__:
+        del TrainConfig.__getattribute__
+
+
+def start_tracking() -> set[str]:
+    """Record the names of the config attributes read (``cfg.lr``, ``getattr(cfg, "lr",
+    None)``) on any :class:`TrainConfig` of this process, from now until
+    :func:`stop_tracking`, into the set returned (the one already recording, if any).
+
+    Making a config starts it, so what a recipe reads between making its config and the
+    engine's first update counts. Validation (``__post_init__``), :func:`to_dict` and the
+    stdlib's copies (``dataclasses.replace`` / ``asdict``, ``copy``, ``pickle``) are not
+    reads."""
+    if _READS.names is None:
+        _record(set())
+    return _READS.names  # type: ignore[return-value]
+
+
+def stop_tracking() -> set[str]:
+    """Stop recording reads (:func:`start_tracking`); returns the names recorded."""
+    names = _READS.names
+    _record(None)
+    return names if names is not None else set()
+
+
+@contextlib.contextmanager
+def track_reads() -> Iterator[set[str]]:
+    """The config attributes read while the block runs, recorded into the set it yields
+    (:func:`start_tracking`); the recording in progress before, if any, goes on after."""
+    previous, names = _READS.names, set()
+    _record(names)
+    try:
+        yield names
+    finally:
+        if previous is not None:
+            previous |= names
+        _record(previous)
+
+
+@contextlib.contextmanager
+def untracked() -> Iterator[None]:
+    """Config reads in this block are not recorded by :func:`track_reads` (a config's own
+    validation, a copy of every field)."""
+    _READS.paused += 1
+    try:
+        yield
+    finally:
+        _READS.paused -= 1
+
+
+def _untracked_call(fn):
+    if getattr(fn, "_untracked", False):
+        return fn
+
+    def wrapper(self, *args, **kwargs):
+        with untracked():
+            return fn(self, *args, **kwargs)
+
+    wrapper._untracked = True  # type: ignore[attr-defined]
+    wrapper.__name__, wrapper.__qualname__, wrapper.__doc__ = (
+        fn.__name__,
+        fn.__qualname__,
+        fn.__doc__,
+    )
+    return wrapper
 
 
 @dataclass(frozen=True)
@@ -206,6 +317,11 @@ class TrainConfig:
         ),
     )
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # a config's validation reads its fields without using them (track_reads)
+        cls.__post_init__ = _untracked_call(cls.__post_init__)  # type: ignore[method-assign]
+
     def population_members(self) -> list[tuple[int, dict[str, Any]]]:
         """``(seed, settings)`` of every member: one run without a population."""
         grid = _sweep_grid(self)
@@ -244,6 +360,7 @@ class TrainConfig:
         return None
 
     def __post_init__(self) -> None:
+        start_tracking()  # what reads this config from now on (the engine stops it)
         _positive(self, "total_frames", "num_envs", "eval_episodes", "num_nodes", "threads")
         _positive(self, "log_every", "eval_max_steps", "max_episode_steps")
         parse_env_kwargs(self.env_kwargs)  # refuses a malformed KEY=VALUE here, at parse time
@@ -307,6 +424,9 @@ def _check_env_module(env: str | None) -> None:
 
     if not not_importable(env):
         resolve_env(env)
+
+
+TrainConfig.__post_init__ = _untracked_call(TrainConfig.__post_init__)  # type: ignore[method-assign]
 
 
 #: ``gymnasium.make`` arguments that have their own flag or that rlkit sets itself
@@ -819,17 +939,71 @@ def parse_config(
     # a preset fills only what neither the checkpoint, the YAML file nor the command line set
     resolved = {**preset, **stored, **typed}
     try:
-        return cls(**resolved)
+        cfg = cls(**resolved)
     except (ValueError, TypeError) as err:
         parser.error(str(err))
+    # what the user typed that changes the config: a value that differs from what the
+    # setting would be without it (its default, the env's preset, the resumed checkpoint's)
+    untyped = {**_defaults(cls), **preset, **stored}
+    changed = [n for n, v in typed.items() if n not in untyped or not _same(v, untyped[n])]
+    object.__setattr__(cfg, _TYPED, frozenset(changed))
+    return cfg
+
+
+# --------------------------------------------------------------------------- typed settings
+
+#: the attribute where :func:`parse_config` keeps the names of the settings typed
+_TYPED = "_typed_settings"
+
+
+def typed_settings(cfg: Any) -> list[str]:
+    """The settings of ``cfg`` its user set, in field order: those typed as flags or in a
+    ``--config`` file with a value that changes them (:func:`parse_config`); for a config
+    built in Python (``PPOConfig(value_lr=5e-4)``), every field that differs from its
+    default."""
+    recorded = cfg.__dict__.get(_TYPED)
+    with untracked():
+        fields = dataclasses.fields(cfg)
+        if recorded is not None:
+            return [f.name for f in fields if f.name in recorded]
+        defaults = _defaults(type(cfg))
+        return [
+            f.name
+            for f in fields
+            if f.name in defaults and not _same(getattr(cfg, f.name), defaults[f.name])
+        ]
+
+
+def _flag_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value is None:
+        return "none"
+    if isinstance(value, (list, tuple)):
+        return " ".join(_flag_value(v) for v in value)
+    return str(value)
+
+
+def as_flag(cfg: Any, name: str) -> str:
+    """Setting ``name`` of ``cfg`` as typed on the command line: ``--value-lr 0.0005``."""
+    with untracked():
+        value = getattr(cfg, name)
+    return f"--{name.replace('_', '-')} {_flag_value(value)}"
+
+
+def unread_settings(cfg: Any, reads: Collection[str]) -> list[str]:
+    """The settings of ``cfg`` its user set (:func:`typed_settings`) that are not in
+    ``reads`` (:func:`track_reads`), in field order."""
+    return [name for name in typed_settings(cfg) if name not in reads]
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
     """The config as plain YAML/JSON-safe values (tuples become lists)."""
     out = {}
-    for f in dataclasses.fields(cfg):
-        value = getattr(cfg, f.name)
-        out[f.name] = list(value) if isinstance(value, tuple) else value
+    with untracked():  # a copy of every field, not a use of any (track_reads)
+        for f in dataclasses.fields(cfg):
+            value = getattr(cfg, f.name)
+            out[f.name] = list(value) if isinstance(value, tuple) else value
     return out
 
 

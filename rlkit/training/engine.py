@@ -23,6 +23,7 @@ The loop::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import signal
@@ -48,7 +49,16 @@ from rlkit.training import checkpoint as ckpt
 # the command line and the exception classes are torch-free (``--help`` imports no torch),
 # and importable from here, where they were defined before
 from rlkit.training.cli import USER_ERRORS, _one_line, cli  # noqa: F401
-from rlkit.training.config import TrainConfig, resume_checkpoint_path, to_dict
+from rlkit.training.config import (
+    TrainConfig,
+    as_flag,
+    resume_checkpoint_path,
+    start_tracking,
+    stop_tracking,
+    to_dict,
+    typed_settings,
+    unread_settings,
+)
 from rlkit.training.config import save_config as _save_config
 from rlkit.training.errors import CheckpointWriteError, NonFiniteError, RunInterrupted
 from rlkit.training.learner import Context, Counters, Learner, episode_stats
@@ -381,6 +391,56 @@ def _agree(fabric, shared, check: Callable[[], Any]):
     return shared if shared is not None else result
 
 
+# --------------------------------------------------------------------------- typed settings
+
+#: the engine's own settings (:class:`TrainConfig`'s)
+_ENGINE_SETTINGS = tuple(f.name for f in dataclasses.fields(TrainConfig))
+
+
+def _swept(cfg: TrainConfig) -> dict[str, str]:
+    """The settings ``--sweep`` varies, each with its entry (``lr=1e-4,3e-4``)."""
+    entries = cfg.sweep or ()
+    return {str(e).partition("=")[0].strip().replace("-", "_"): str(e) for e in entries}
+
+
+def _read_engine_settings(cfg: TrainConfig) -> None:
+    """Read every engine setting where the engine may read it only later (at the first
+    evaluation, checkpoint or log row) or before reads are tracked (the launch): a typed one
+    counts as read. ``--eval-only`` reads the training settings too (a training command with
+    ``--eval-only`` added evaluates what it would train). ``--init-from`` is read where it
+    is used: a resumed run does not read it."""
+    for name in _ENGINE_SETTINGS:
+        if name != "init_from" or cfg.eval_only:
+            getattr(cfg, name)
+    getattr(cfg, "min_episodes", None)  # batch_floor's
+    getattr(cfg, "min_steps", None)
+
+
+def _unread_message(cfg: TrainConfig, unread: list[str], build: Callable) -> str:
+    """One line naming the first of the typed settings nothing read, why, and the fix."""
+    name = unread[0]
+    fix = "drop it"
+    if name == "init_from":
+        why = "--resume continues the run from its own weights"
+    elif name in _ENGINE_SETTINGS:
+        why = f"the engine never read cfg.{name}"
+    else:
+        where = getattr(build, "__qualname__", None) or type(build).__name__
+        module = getattr(build, "__module__", None)
+        where = f"{module}.{where}" if module else where
+        why = (
+            f"the build given to run(), {where}, and the first update never read "
+            f"cfg.{name}; a setting may apply only together with another"
+        )
+        fix = "drop it, or read it in your build"
+    more = ""
+    if len(unread) > 1:
+        more = "; also unread: " + ", ".join("--" + n.replace("_", "-") for n in unread[1:])
+    swept = _swept(cfg)
+    shown = f"--sweep {swept[name]}" if name in swept else as_flag(cfg, name)
+    return f"{shown} was set but nothing in this run reads it ({why}): {fix}{more}"
+
+
 # --------------------------------------------------------------------------- the loop
 
 
@@ -395,6 +455,32 @@ class _Built:
     evaluator: Any = None
     counters: Counters = field(default_factory=Counters)
     payload: dict[str, Any] | None = None
+
+
+@dataclass
+class _Start:
+    """What :meth:`Engine._start` made before anything is written: the run directory (not
+    yet claimed), what :meth:`Engine._build` built, and for a training run the update's
+    context, the collector and the first batch with its update's metrics."""
+
+    run_dir: Path
+    resume_path: Path | None
+    new_run: bool
+    save_token: str
+    built: _Built
+    ctx: Any = None
+    collector: Any = None
+    iterator: Any = None
+    first_seconds: float = 0.0
+    first: tuple[TensorDictBase, dict[str, float]] | None = None
+
+    def close(self) -> None:
+        """Stop the collector (its workers) and close the env."""
+        try:
+            if self.collector is not None:
+                self.collector.shutdown()
+        finally:
+            self.built.env.close(raise_if_closed=False)  # TorchRL's Collector closes it
 
 
 @dataclass  # not frozen: Lightning moves the returned value to the CPU field by field
@@ -426,8 +512,12 @@ class Engine:
         self.env_source: str | Callable[..., Any] = cfg.env
         if env is not None:
             self.cfg, self.env_source = with_env(cfg, env)
+        self._reads_before: set[str] = set()
 
     def fit(self) -> dict[str, Any]:
+        # the config reads so far (the recipe's, since its config was made), carried to the
+        # ranks (a launcher may start them in new processes), which record their own
+        self._reads_before = stop_tracking()
         fabric = make_fabric(self.cfg)
         if self.cfg.sweep or self.cfg.population > 1:
             from rlkit.training.population import rank_members
@@ -479,46 +569,139 @@ class Engine:
 
     def _fit(self, fabric) -> dict[str, Any]:
         cfg = self.cfg
-        torch.set_num_threads(cfg.threads)
-        run_dir = resolve_run_dir(cfg, self.algo)
-        resume_path = resume_checkpoint_path(cfg.resume, cfg.run_dir)
-        new_run = resume_path is None and not cfg.eval_only
-        save_token = uuid.uuid4().hex  # names this run's checkpoint saves (see _resume_rank)
-        # 1. checks that write nothing: the run directory
-        run_dir, save_token = _agree(
-            fabric,
-            (run_dir, save_token),
-            lambda: check_run_dir(run_dir, new_run=new_run, overwrite=cfg.overwrite),
-        )
-        # 2. env, learner, evaluator and checkpoint: every refusal the flags and the env's
-        # spaces decide happens here, before anything is written
-        built = self._build(fabric, resume_path)
+        # 1-2. everything up to the first update writes nothing, with the config's reads
+        # recorded (since the config was made): a setting the user typed that none of it
+        # read is refused (3)
+        reads = start_tracking()
+        try:
+            _read_engine_settings(cfg)
+            start = self._start(fabric)
+        finally:
+            reads = stop_tracking() | self._reads_before
+        # 3. a setting typed that nothing read, refused before anything is written (not for
+        # --eval-only: it runs no update, which reads the training settings)
+        try:
+            if cfg.eval_only:
+                reads = set(typed_settings(cfg))
+            later = getattr(start.built.learner, "settings_read_later", None)  # a Learner's
+            reads |= set(later()) if later is not None else set()
+            self._check_typed(fabric, reads)
+        except BaseException:
+            start.close()
+            raise
         if cfg.eval_only:
             try:
+                built = start.built
                 return _evaluate_only(
-                    fabric, cfg, built.learner, built.env, run_dir, self.env_source
+                    fabric, cfg, built.learner, built.env, start.run_dir, self.env_source
                 )
             except KeyboardInterrupt:  # Ctrl-C: no checkpoint to speak of, unlike a training run
                 raise KeyboardInterrupt(
                     "evaluation stopped (--eval-only trains nothing and writes no checkpoint)"
                 ) from None
             finally:
-                built.env.close()
-        # 3. the run directory: created (old run moved aside with --overwrite) and locked
+                start.built.env.close()
+        # 4. the run directory: created (old run moved aside with --overwrite) and locked
         try:
             lock = _agree(
                 fabric,
                 None,
-                lambda: claim_run_dir(run_dir, new_run=new_run, overwrite=cfg.overwrite),
+                lambda: claim_run_dir(
+                    start.run_dir, new_run=start.new_run, overwrite=cfg.overwrite
+                ),
             )
-        except ValueError:
-            built.env.close()
+        except BaseException:
+            start.close()
             raise
         try:
-            return self._train(fabric, run_dir, resume_path, save_token, built)
+            return self._train(fabric, start)
         finally:
             if lock is not None:
                 lock.release()
+
+    def _start(self, fabric) -> _Start:
+        """Everything before the run directory is written: the run directory's checks, the
+        env, learner, evaluator and restored state (:meth:`_build`), the collector and the
+        first batch collected and learned from (every refusal the flags, the env's spaces
+        and the first update decide happens here)."""
+        cfg = self.cfg
+        torch.set_num_threads(cfg.threads)
+        run_dir = resolve_run_dir(cfg, self.algo)
+        resume_path = resume_checkpoint_path(cfg.resume, cfg.run_dir)
+        new_run = resume_path is None and not cfg.eval_only
+        save_token = uuid.uuid4().hex  # names this run's checkpoint saves (see _resume_rank)
+        # checks that write nothing: the run directory
+        run_dir, save_token = _agree(
+            fabric,
+            (run_dir, save_token),
+            lambda: check_run_dir(run_dir, new_run=new_run, overwrite=cfg.overwrite),
+        )
+        built = self._build(fabric, resume_path)
+        start = _Start(run_dir, resume_path, new_run, save_token, built)
+        if cfg.eval_only:
+            return start
+        try:
+            self._first_update(fabric, start)
+        except NonFiniteError as err:
+            start.close()
+            advice = err.advice or "Lower the learning rate or clip gradients (--max-grad-norm)"
+            raise NonFiniteError(
+                f"{err}: training stopped; no checkpoint had been written yet. {advice}"
+            ) from None
+        except BaseException:
+            start.close()
+            raise
+        return start
+
+    def _first_update(self, fabric, start: _Start) -> None:
+        """The collector, the random streams of a resumed run, and the first batch and its
+        update (none when a resumed run has its frames already)."""
+        cfg, rank, built = self.cfg, fabric.global_rank, start.built
+        env, learner, counters = built.env, built.learner, built.counters
+        ctx = start.ctx = Context(fabric, cfg.total_frames, counters, compile=cfg.compile)
+        # the seed this rank's envs and collector streams start from. A resumed run's counts
+        # its frames: the run's first seeds again would replay its first episodes after
+        # every resume
+        seed = cfg.seed + 1000 * rank
+        if start.resume_path is not None:
+            seed += counters.frames
+            _reseed_envs(cfg, env, learner, seed, counters.frames, rank, fabric.world_size)
+        start.collector = batch_floor(
+            cfg, self.make_collector(env, learner, fabric.device, seed=seed), fabric
+        )
+        # random streams last, after everything built: the run goes on with the streams it
+        # had when the checkpoint was written
+        payload = built.payload
+        if payload is not None:  # this rank's own state
+            ckpt.set_rng_state(payload["rng"])
+            if "generator" in payload["rng"]:
+                ctx.generator.set_state(payload["rng"]["generator"])
+            else:  # checkpoints written before the generator was saved
+                ctx.generator.manual_seed(cfg.seed + 1000 * rank + counters.frames)
+        else:
+            if start.resume_path is not None:  # rank 0's copy: a stream of this rank's own
+                torch.manual_seed(cfg.seed + 1000 * rank + counters.frames)
+            ctx.generator.manual_seed(cfg.seed + 1000 * rank + counters.frames)
+        tick = time.perf_counter()
+        start.iterator = iter(start.collector)
+        if counters.frames < cfg.total_frames:
+            batch = next(start.iterator)
+            start.first = (batch, learner.update(batch, ctx))
+        start.first_seconds = time.perf_counter() - tick  # its share of the training time
+
+    def _check_typed(self, fabric, reads: set[str]) -> None:
+        """Refuse a setting the user typed that nothing has read (:func:`typed_settings`),
+        the same on every rank (the union of the ranks' reads: a population's ranks build
+        different members)."""
+        if fabric.world_size > 1:
+            gathered: list[Any] = [None] * fabric.world_size
+            torch.distributed.all_gather_object(gathered, sorted(reads))
+            reads = set().union(*gathered)
+        unread = unread_settings(self.cfg, reads)
+        # a swept setting is typed too: each member's config has its own value of it
+        unread += [n for n in _swept(self.cfg) if n not in reads and n not in unread]
+        if unread:
+            raise ValueError(_unread_message(self.cfg, unread, self.build))
 
     def _build(self, fabric, resume_path: Path | None) -> _Built:
         """Env, learner, evaluator (not for ``--eval-only``) and the resumed or warm-started
@@ -593,71 +776,44 @@ class Engine:
             _warm_start(Path(self.cfg.init_from), learner)
             _broadcast_parameters(fabric, learner.modules())
 
-    def _train(self, fabric, run_dir, resume_path, save_token, built: _Built) -> dict[str, Any]:
-        env, learner, evaluator, counters = (
-            built.env,
-            built.learner,
-            built.evaluator,
-            built.counters,
-        )
+    def _train(self, fabric, start: _Start) -> dict[str, Any]:
+        built, run_dir, resume_path = start.built, start.run_dir, start.resume_path
+        learner, evaluator, counters = built.learner, built.evaluator, built.counters
         cfg, rank = self.cfg, fabric.global_rank
-        log = RunLog(
-            run_dir,
-            total_frames=cfg.total_frames,
-            enabled=rank == 0,
-            progress=cfg.progress,
-            scalars=cfg.log_scalars,
-            resume_frames=counters.frames if resume_path is not None else None,
-        )
+        try:
+            log = RunLog(
+                run_dir,
+                total_frames=cfg.total_frames,
+                enabled=rank == 0,
+                progress=cfg.progress,
+                scalars=cfg.log_scalars,
+                resume_frames=counters.frames if resume_path is not None else None,
+            )
+        except BaseException:
+            start.close()
+            raise
         if rank == 0:
             _save_config(cfg, run_dir / "config.yaml")
         scored = f", evaluated on {cfg.eval_env}" if cfg.eval_env else ""
-        start = f"resumed at {counters.frames:,} of " if resume_path is not None else ""
+        begun = f"resumed at {counters.frames:,} of " if resume_path is not None else ""
         log.progress.message(
-            f"{self.algo} on {cfg.env}{scored}: {start}{cfg.total_frames:,} frames, seed "
+            f"{self.algo} on {cfg.env}{scored}: {begun}{cfg.total_frames:,} frames, seed "
             f"{cfg.seed}, {fabric.world_size} process(es), run dir {run_dir}"
         )
-        ctx = Context(fabric, cfg.total_frames, counters, compile=cfg.compile)
-        # the seed this rank's envs and collector streams start from. A resumed run's counts
-        # its frames: the run's first seeds again would replay its first episodes after
-        # every resume
-        seed = cfg.seed + 1000 * rank
-        try:
-            if resume_path is not None:
-                seed += counters.frames
-                _reseed_envs(cfg, env, learner, seed, counters.frames, rank, fabric.world_size)
-            collector = batch_floor(
-                cfg, self.make_collector(env, learner, fabric.device, seed=seed), fabric
-            )
-        except BaseException:
-            env.close()
-            raise
-        # random streams last, after everything built: the run goes on with the streams it
-        # had when the checkpoint was written
-        payload = built.payload
-        if payload is not None:  # this rank's own state
-            ckpt.set_rng_state(payload["rng"])
-            if "generator" in payload["rng"]:
-                ctx.generator.set_state(payload["rng"]["generator"])
-            else:  # checkpoints written before the generator was saved
-                ctx.generator.manual_seed(cfg.seed + 1000 * rank + counters.frames)
-        else:
-            if resume_path is not None:  # rank 0's copy: a stream of this rank's own
-                torch.manual_seed(cfg.seed + 1000 * rank + counters.frames)
-            ctx.generator.manual_seed(cfg.seed + 1000 * rank + counters.frames)
-        state = _LoopState(fabric, cfg, learner, counters, log, evaluator, run_dir, save_token)
+        state = _LoopState(
+            fabric, cfg, learner, counters, log, evaluator, run_dir, start.save_token
+        )
         state.extra_modules = built.env_modules
         state.env_source = self.env_source
-        state.generator = ctx.generator
+        state.generator = start.ctx.generator
         try:
             # the handlers stay through the final evaluation and checkpoint: a signal there
             # waits for them instead of ending the run before its last checkpoint
             with StopRequest(log.progress.message) as stop:
                 try:
-                    self._loop(state, ctx, collector, stop)
+                    self._loop(state, start, stop)
                 finally:
-                    collector.shutdown()
-                    env.close(raise_if_closed=False)  # TorchRL's Collector closes it
+                    start.close()
                 return state.finish(stop)
         except KeyboardInterrupt:  # RunInterrupted, or a second signal (stopped at once)
             log.close("interrupted")
@@ -673,13 +829,17 @@ class Engine:
             advice = err.advice or "Lower the learning rate or clip gradients (--max-grad-norm)"
             raise NonFiniteError(f"{err}: training stopped; {kept}. {advice}") from None
 
-    def _loop(self, s: _LoopState, ctx: Context, collector, stop: StopRequest) -> None:
+    def _loop(self, s: _LoopState, start: _Start, stop: StopRequest) -> None:
         cfg, counters, world = self.cfg, s.counters, s.fabric.world_size
-        tick = time.perf_counter()
-        iterator = iter(collector)
+        ctx, collector, iterator = start.ctx, start.collector, start.iterator
+        # the first batch's time counts; the checks and the run directory's set-up do not
+        tick = time.perf_counter() - start.first_seconds
         while counters.frames < cfg.total_frames:
-            batch = next(iterator)
-            metrics = s.learner.update(batch, ctx)
+            if start.first is not None:  # collected and learned from in Engine._start
+                (batch, metrics), start.first = start.first, None
+            else:
+                batch = next(iterator)
+                metrics = s.learner.update(batch, ctx)
             collector.update_policy_weights_()
             if s.population is None:
                 counters.frames += batch.numel() * world
