@@ -232,7 +232,7 @@ def test_every_rlkit_loss_takes_torchrl_names():
     losses = [
         c for c in vars(objectives).values() if inspect.isclass(c) and issubclass(c, LossModule)
     ]
-    assert len(losses) >= 12
+    assert len(losses) >= 11  # every exported loss (RNDPPOLoss, the 12th, is removed)
     for cls in losses:
         assert issubclass(cls, LossBase), cls.__name__
 
