@@ -425,6 +425,7 @@ def _unread_message(cfg: TrainConfig, unread: list[str], build: Callable) -> str
     elif name in _ENGINE_SETTINGS:
         why = f"the engine never read cfg.{name}"
     else:
+        build = getattr(build, "func", build)  # functools.partial(ppo.build, loss_cls=...)
         where = getattr(build, "__qualname__", None) or type(build).__name__
         module = getattr(build, "__module__", None)
         where = f"{module}.{where}" if module else where
