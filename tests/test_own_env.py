@@ -367,3 +367,13 @@ def test_the_own_env_page_runs_as_written(tmp_path, monkeypatch, on_path):
     summary = namespace["summary"]
     assert summary["frames"] == 512
     assert summary["env"] == "__main__:<TorchCorridor>"  # defined in a script: not importable
+
+
+@pytest.mark.parametrize("env_id", ["__main__:<lambda>", "__main__:make_env"])
+def test_worker_processes_refuse_a_factory_they_cannot_import_in_one_line(env_id):
+    """IMPALA's and APPO's workers build their envs by name in processes of their own: a
+    lambda or a script's function would fail there (a traceback per worker); refused first."""
+    from rlkit.data.async_collect import WorkerCollector
+
+    with pytest.raises(ValueError, match=r"^--env .*cannot be imported there.*mypkg\.envs"):
+        WorkerCollector(env_id=env_id, policy=None, num_envs=2, frames_per_batch=8)

@@ -212,6 +212,14 @@ class WorkerCollector:
         queue_size: int = 1,
         start_method: str = "forkserver",
     ) -> None:
+        from rlkit.envs.ids import not_importable
+
+        if not_importable(env_id):  # a worker would fail inside its own process
+            raise ValueError(
+                f"--env {env_id}: collector worker processes build their envs by name, and a "
+                "factory defined in a script or as a lambda cannot be imported there: define "
+                "it in a module on the path (mypkg/envs.py) and pass mypkg.envs:make_env"
+            )
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
             raise ValueError(f"num_workers must be an int >= 1, got {num_workers!r}")
         if num_envs % num_workers:
