@@ -15,7 +15,7 @@ from typing import Any
 
 from torch import nn
 
-__all__ = ["make_part"]
+__all__ = ["gae_part", "make_part"]
 
 
 def _name(obj: Any) -> str:
@@ -111,3 +111,21 @@ def make_part(
             f"instance of a subclass of {default.__name__}"
         )
     return part
+
+
+def gae_part(
+    given: Any, default: type, cfg: Any, critic: nn.Module, *, where: str, **extra: Any
+) -> nn.Module:
+    """A policy-gradient recipe's estimator, or the class ``given`` in its place:
+    ``default(gamma=--gamma, lmbda=--gae-lambda, value_network=critic, **extra)`` (``default``
+    is the recipe's own ``GAE``) through :func:`make_part`."""
+    return make_part(
+        given,
+        default,
+        gamma=cfg.gamma,
+        lmbda=cfg.gae_lambda,
+        value_network=critic,
+        **extra,
+        role="estimator_cls",
+        where=where,
+    )

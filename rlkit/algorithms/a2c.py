@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from rlkit.algorithms._parts import make_part
+from rlkit.algorithms._parts import gae_part, make_part
 from rlkit.algorithms.critic import policy_gradient_learner
 from rlkit.algorithms.onpolicy import (
     PolicyGradientLearner,
@@ -34,15 +34,13 @@ def build(cfg: A2CConfig, env, *, loss_cls=None, estimator_cls=None) -> PolicyGr
     value_network=critic, empirical_returns=)``; everything else is built as the recipe
     builds it."""
     actor, critic, obs_norm = build_actor_critic(cfg, env)
-    estimator = make_part(
+    estimator = gae_part(
         estimator_cls,
         GAE,
-        gamma=cfg.gamma,
-        lmbda=cfg.gae_lambda,
-        value_network=critic,
-        empirical_returns=getattr(cfg, "empirical_returns", False),
-        role="estimator_cls",
+        cfg,
+        critic,
         where="a2c.build",
+        empirical_returns=getattr(cfg, "empirical_returns", False),
     )
     loss = make_part(
         loss_cls,

@@ -14,7 +14,7 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from rlkit.algorithms._parts import make_part
+from rlkit.algorithms._parts import gae_part, make_part
 from rlkit.algorithms.onpolicy import (
     PolicyGradientLearner,
     attach_intrinsic_from_config,
@@ -203,15 +203,7 @@ def build(cfg: DAACConfig, env, *, loss_cls=None, estimator_cls=None) -> DAACLea
     :class:`~rlkit.objectives.daac.DAACValueLoss` and everything else are built as the recipe
     builds them."""
     nets = build_daac_networks(cfg, env)
-    estimator = make_part(
-        estimator_cls,
-        GAE,
-        gamma=cfg.gamma,
-        lmbda=cfg.gae_lambda,
-        value_network=nets.critic,
-        role="estimator_cls",
-        where="daac.build",
-    )
+    estimator = gae_part(estimator_cls, GAE, cfg, nets.critic, where="daac.build")
     loss = make_part(
         loss_cls,
         DAACLoss,

@@ -16,7 +16,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from rlkit import keys
-from rlkit.algorithms._parts import make_part
+from rlkit.algorithms._parts import gae_part, make_part
 from rlkit.algorithms.onpolicy import (
     PolicyGradientLearner,
     attach_intrinsic_from_config,
@@ -344,15 +344,7 @@ def build(cfg: PPGConfig, env, *, loss_cls=None, estimator_cls=None) -> PPGLearn
     auxiliary phase's :class:`~rlkit.objectives.PPGAuxLoss` and everything else are built as
     the recipe builds them."""
     nets = build_ppg_networks(cfg, env)
-    estimator = make_part(
-        estimator_cls,
-        GAE,
-        gamma=cfg.gamma,
-        lmbda=cfg.gae_lambda,
-        value_network=nets.critic,
-        role="estimator_cls",
-        where="ppg.build",
-    )
+    estimator = gae_part(estimator_cls, GAE, cfg, nets.critic, where="ppg.build")
     loss = make_part(
         loss_cls,
         PPOLoss,

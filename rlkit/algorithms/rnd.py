@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from rlkit.algorithms._parts import make_part
+from rlkit.algorithms._parts import gae_part, make_part
 from rlkit.algorithms.onpolicy import PolicyGradientLearner, build_actor_critic
 from rlkit.configs import rnd as _config
 from rlkit.configs.rnd import PRESETS, RNDConfig
@@ -80,15 +80,7 @@ def build(cfg: RNDConfig, env, *, loss_cls=None, estimator_cls=None) -> PolicyGr
     normalize_advantage=)`` and ``estimator_cls(gamma=, lmbda=, value_network=critic)``; the
     bonus and everything else are built as the recipe builds them."""
     actor, critic, obs_norm = build_actor_critic(cfg, env)
-    estimator = make_part(
-        estimator_cls,
-        GAE,
-        gamma=cfg.gamma,
-        lmbda=cfg.gae_lambda,
-        value_network=critic,
-        role="estimator_cls",
-        where="rnd.build",
-    )
+    estimator = gae_part(estimator_cls, GAE, cfg, critic, where="rnd.build")
     loss = make_part(
         loss_cls,
         PPOLoss,

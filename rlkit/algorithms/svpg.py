@@ -16,7 +16,7 @@ from tensordict import TensorDictBase
 from torch import Tensor, nn
 
 from rlkit import keys
-from rlkit.algorithms._parts import make_part
+from rlkit.algorithms._parts import gae_part, make_part
 from rlkit.algorithms.onpolicy import make_optimizer
 from rlkit.configs import svpg as _config
 from rlkit.configs.svpg import PRESETS, SVPGConfig
@@ -354,15 +354,7 @@ def build(cfg: SVPGConfig, env, *, loss_cls=None, estimator_cls=None) -> SVPGLea
     actor, critic = build_particles(
         env, num_particles=cfg.particles, hidden=cfg.hidden, activation=cfg.activation
     )
-    estimator = make_part(
-        estimator_cls,
-        GAE,
-        gamma=cfg.gamma,
-        lmbda=cfg.gae_lambda,
-        value_network=critic,
-        role="estimator_cls",
-        where="svpg.build",
-    )
+    estimator = gae_part(estimator_cls, GAE, cfg, critic, where="svpg.build")
     loss = particle_loss(cfg, actor, critic, loss_cls=loss_cls)
     optimizer = make_optimizer(cfg, [*actor.parameters(), *critic.parameters()])
     return SVPGLearner(

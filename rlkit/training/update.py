@@ -702,18 +702,18 @@ def _name_terms(err: Exception, group: LossGroup, outs: Mapping[int, dict]) -> E
     """``err`` (a non-finite step of ``group``) with the non-finite ``loss_*`` terms of its
     loss named, when there are any (the failure path only: no cost per step)."""
     out = outs.get(id(group.loss), {})
-    bad = [
-        f"{k}={float(v.detach().float().sum()):g}"
+    bad = {
+        k: v.detach()
         for k, v in out.items()
         if isinstance(k, str)
         and k.startswith("loss_")
         and isinstance(v, torch.Tensor)
         and not bool(torch.isfinite(v.detach()).all())
-    ]
+    }
     if not bad:
         return err
-    constant = [k for k, v in out.items() if k in {b.split("=")[0] for b in bad}]
-    constant = [k for k in constant if not out[k].requires_grad]
+    shown = ", ".join(f"{k}={float(v.float().sum()):g}" for k, v in bad.items())
+    constant = [k for k in bad if not out[k].requires_grad]
     advice = (
         f"{', '.join(constant)} has no graph, so no gradient made it non-finite: fix how "
         f"{type(group.loss).__name__} computes it"
@@ -722,7 +722,7 @@ def _name_terms(err: Exception, group: LossGroup, outs: Mapping[int, dict]) -> E
     )
     return NonFiniteError(
         f"{err}; non-finite loss terms of {type(group.loss).__name__} (group {group.name!r}): "
-        f"{', '.join(bad)}",
+        f"{shown}",
         advice=advice,
     )
 
