@@ -114,7 +114,7 @@ class Rlkit:
         from rlkit.algorithms import config_class, ppo
         from rlkit.data.collector import make_collector
         from rlkit.envs import make_env
-        from rlkit.training.config import parse_config
+        from rlkit.training import parse_config
         from rlkit.training.engine import Context, Counters
 
         self._patch = _speedups.patched()

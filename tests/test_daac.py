@@ -541,7 +541,7 @@ def test_docstring_examples_run():
 
 
 def test_docs_page_names_only_real_flags(recipe):
-    from rlkit.training.config import build_parser
+    from rlkit.configs.base import build_parser
 
     text = (ROOT / "docs" / "recipes" / "daac.md").read_text()
     helptext = build_parser(recipe.DAACConfig).format_help()

@@ -171,7 +171,7 @@ def test_learner_updates_equal_with_and_without_the_direct_path(algo):
     same state and batch end at bit-identical parameters."""
     from rlkit.algorithms import config_class, load
     from rlkit.data.collector import make_collector
-    from rlkit.training.config import parse_config
+    from rlkit.training import parse_config
 
     module = load(algo)
     extra = {"ppo": ["--minibatch-size", "32", "--epochs", "2"], "daac": ["--minibatch-size", "32"]}

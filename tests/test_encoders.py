@@ -243,7 +243,7 @@ def test_flatten_encoder_is_the_frame_as_one_vector_and_feeds_the_hidden_layers(
 
 @pytest.mark.parametrize("name", algorithms.NAMES)
 def test_encoder_flags_are_listed_exactly_where_they_work(name):
-    from rlkit.training.config import build_parser
+    from rlkit.configs.base import build_parser
 
     parser = build_parser(algorithms.config_class(name))
     flags = {s for a in parser._actions for s in a.option_strings}

@@ -17,7 +17,7 @@ import shlex
 import pytest
 
 from rlkit.algorithms import load
-from rlkit.training.config import parse_env_kwargs
+from rlkit.configs.base import parse_env_kwargs
 
 FAST = shlex.split(
     "--num-envs 4 --rollout-steps 32 --minibatch-size 64 --epochs 1 --eval-episodes 3 "

@@ -42,8 +42,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlkit import algorithms
+from rlkit.configs.base import field_metadata
 from rlkit.training import cli
-from rlkit.training.config import field_metadata
 
 EXAMPLES = int(os.environ.get("RLKIT_PROPERTY_EXAMPLES", "40"))
 

@@ -20,6 +20,7 @@ from tensordict import TensorDict
 from torch import nn
 
 from rlkit import keys
+from rlkit.algorithms import dqn
 from rlkit.algorithms.offpolicy import OffPolicyConfig, OffPolicyLearner
 from rlkit.data.frames import FrameReplay
 from rlkit.data.replay import Replay
@@ -462,7 +463,7 @@ def minatar_dqn(frame_replay: str, **overrides):
     weights = cfg.priority_weight_norm if cfg.prioritized else None
     loss = DQNLoss(q, gamma=cfg.gamma, n_steps=cfg.n_steps, priority_weights=weights)
     learner = DQNLearner(
-        cfg=cfg, loss=loss, action_spec=env.action_spec_unbatched, epsilon=cfg.epsilon
+        cfg=cfg, loss=loss, action_spec=env.action_spec_unbatched, epsilon=dqn.epsilon_schedule(cfg)
     )
     return cfg, env, learner
 

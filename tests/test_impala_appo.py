@@ -202,9 +202,9 @@ def test_impala_adapts_its_learning_rate_to_the_kl_from_the_behaviour_policy(tmp
 @pytest.mark.parametrize(
     "recipe,flag,value,message",
     [
-        ("impala", "--rho-clip", "0", "rho_clip must be a number > 0"),
-        ("impala", "--c-clip", "-1", "c_clip must be a number > 0"),
-        ("appo", "--vtrace-lambda", "1.5", r"vtrace lambda must be in \[0, 1\]"),
+        ("impala", "--rho-clip", "0", "--rho-clip must be a number > 0"),
+        ("impala", "--c-clip", "-1", "--c-clip must be a number > 0"),
+        ("appo", "--vtrace-lambda", "1.5", r"--vtrace-lambda must be in \[0, 1\]"),
         ("appo", "--tau", "0", r"--tau must be in \(0, 1\]"),
         ("appo", "--tau", "1.1", r"--tau must be in \(0, 1\]"),
         ("appo", "--workers", "3", "--workers must be >= 1 and divide --num-envs"),

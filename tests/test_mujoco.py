@@ -29,7 +29,7 @@ CLEANRL = dict(
 
 @pytest.mark.parametrize("task", TASKS)
 def test_presets_are_cleanrls_settings(task):
-    from rlkit.training.config import parse_config
+    from rlkit.training import parse_config
 
     cfg = parse_config(ppo_config.CONFIG, ["--env", task], presets=ppo_config.PRESETS)
     assert {k: getattr(cfg, k) for k in CLEANRL} == CLEANRL
@@ -41,7 +41,7 @@ def test_appo_presets_are_cleanrls_settings_with_vtrace(task):
     """APPO's MuJoCo preset: CleanRL's PPO settings, V-trace lambda for GAE's, collected
     synchronously with the target network copied after every batch."""
     from rlkit.configs import appo as appo_config
-    from rlkit.training.config import parse_config
+    from rlkit.training import parse_config
 
     cfg = parse_config(appo_config.CONFIG, ["--env", task], presets=appo_config.PRESETS)
     expected = {k: v for k, v in CLEANRL.items() if k != "gae_lambda"}
@@ -76,7 +76,7 @@ ZOO_SAC = dict(
 
 @pytest.mark.parametrize("task", TASKS)
 def test_sac_presets_are_zoos_settings(task):
-    from rlkit.training.config import parse_config
+    from rlkit.training import parse_config
 
     cfg = parse_config(sac_config.CONFIG, ["--env", task], presets=sac_config.PRESETS)
     assert {k: getattr(cfg, k) for k in ZOO_SAC} == ZOO_SAC

@@ -16,7 +16,7 @@ import torch
 from tensordict import TensorDict
 
 from rlkit import keys
-from rlkit.algorithms.dqn import DQNLearner
+from rlkit.algorithms.dqn import DQNLearner, epsilon_schedule
 from rlkit.algorithms.offpolicy import OffPolicyConfig
 from rlkit.algorithms.sac import SACLearner
 from rlkit.envs import make_env
@@ -143,7 +143,10 @@ def dqn_learner(dqn, loss_class=DQNLoss, **overrides) -> DQNLearner:
     if loss_class is not DQNLoss:
         loss = loss_class(old.q_network, gamma=cfg.gamma, target_period=cfg.target_update_period)
         learner = DQNLearner(
-            cfg=cfg, loss=loss, action_spec=env.action_spec_unbatched, epsilon=cfg.epsilon
+            cfg=cfg,
+            loss=loss,
+            action_spec=env.action_spec_unbatched,
+            epsilon=epsilon_schedule(cfg),
         )
     return learner
 
@@ -197,7 +200,7 @@ def test_dqn_loss_weights_must_match_the_replay_flags(dqn):
     uniform_loss = DQNLoss(learner.loss.q_network)
     with pytest.raises(ValueError, match="priority_weights='max'"):
         DQNLearner(cfg=cfg, loss=uniform_loss, action_spec=env.action_spec_unbatched,
-                   epsilon=cfg.epsilon)  # fmt: skip
+                   epsilon=epsilon_schedule(cfg))  # fmt: skip
 
 
 # --------------------------------------------------------------------------- prioritized

@@ -19,7 +19,7 @@ import torch
 from rlkit.algorithms import config_class, load
 from rlkit.data.collector import make_collector
 from rlkit.envs import make_env
-from rlkit.training.config import parse_config
+from rlkit.training import parse_config
 from rlkit.training.engine import Context, Counters
 from rlkit.training.population import PopulationLearner, bootstrap_ci, iqm
 

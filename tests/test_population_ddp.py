@@ -17,7 +17,7 @@ import pytest
 
 from rlkit.algorithms import config_class, ppo
 from rlkit.training import checkpoint as ckpt
-from rlkit.training.config import parse_config
+from rlkit.training import parse_config
 from rlkit.training.population import rank_members
 from tests.test_subprocess import _run
 

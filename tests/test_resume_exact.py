@@ -41,7 +41,7 @@ from tensordict import TensorDict
 from rlkit import _quiet, _speedups
 from rlkit.algorithms import load
 from rlkit.training import checkpoint as ckpt
-from rlkit.training.config import parse_config
+from rlkit.training import parse_config
 from rlkit.training.engine import Context, Counters, _apply, _payload, default_collector
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -87,7 +87,7 @@ def references(cell: str) -> list[str]:
 def recipe_flags(recipe: str) -> frozenset[str]:
     """The ``--flags`` of ``recipes/<recipe>.py``: its config's parser, built in process."""
     from rlkit import algorithms
-    from rlkit.training.config import build_parser
+    from rlkit.configs.base import build_parser
 
     parser = build_parser(algorithms.config_class(recipe))
     return frozenset(s for a in parser._actions for s in a.option_strings if s.startswith("--"))

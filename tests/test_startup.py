@@ -50,7 +50,7 @@ def test_config_modules_and_the_command_line_import_no_torch():
 
         import rlkit.training
         import rlkit.training.cli
-        import rlkit.training.config
+        import rlkit.configs.base
         from rlkit import algorithms
         from rlkit.training import CheckpointError, NonFiniteError, TrainConfig, cli, parse_config
 

@@ -672,10 +672,10 @@ def test_each_particle_file_reproduces_its_particle_of_the_ensemble(ppo_run):
     from tensordict import TensorDict
 
     from rlkit.algorithms.svpg import build, load_particle
+    from rlkit.configs.base import stored_fields
     from rlkit.configs.svpg import SVPGConfig
     from rlkit.envs import make_env
     from rlkit.training import checkpoint as ckpt
-    from rlkit.training.config import stored_fields
 
     payload = ckpt.load(ppo_run / "checkpoints" / "last.pt")
     cfg = SVPGConfig(**stored_fields(payload["config"], SVPGConfig))

@@ -14,10 +14,10 @@ import torch
 from torch import nn
 
 from rlkit.algorithms.onpolicy import OnPolicyConfig
+from rlkit.configs.base import TrainConfig
 from rlkit.data.minibatch import minibatch_indices
 from rlkit.training import checkpoint as ckpt
-from rlkit.training import schedules
-from rlkit.training.config import TrainConfig, parse_config
+from rlkit.training import parse_config, schedules
 from rlkit.training.runlog import CsvLog
 
 
@@ -244,7 +244,7 @@ def test_a_subclass_that_only_changes_a_default_keeps_the_base_flag_help_and_cho
     import dataclasses
 
     from rlkit.algorithms.onpolicy import OnPolicyConfig
-    from rlkit.training.config import build_parser
+    from rlkit.configs.base import build_parser
 
     @dataclasses.dataclass(frozen=True)
     class Child(OnPolicyConfig):

@@ -23,11 +23,11 @@ import pytest
 import yaml
 
 from rlkit.algorithms import NAMES
+from rlkit.configs import base as config_module
 from rlkit.configs import ppo as ppo_config
+from rlkit.configs.base import to_dict, track_reads, typed_settings
 from rlkit.configs.ppo import PPOConfig
-from rlkit.training import config as config_module
-from rlkit.training import engine
-from rlkit.training.config import parse_config, to_dict, track_reads, typed_settings
+from rlkit.training import engine, parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
 #: one small batch (2 envs x 16 steps), one epoch, one evaluation episode

@@ -89,7 +89,7 @@ def test_errors_are_one_line():
 def build(recipe, argv):
     from rlkit.algorithms import load
     from rlkit.envs import make_env
-    from rlkit.training.config import parse_config
+    from rlkit.training import parse_config
 
     module = load(recipe)
     config = next(

@@ -1,8 +1,8 @@
 """DQN (Mnih et al. 2015): networks, learner and :func:`train`, what ``recipes/dqn.py`` runs.
 
-The config (:class:`DQNConfig`, with its :class:`EpsilonSchedule`), its presets and the
-algorithm box that ``--help`` shows live in the torch-free :mod:`rlkit.configs.dqn` and are
-imported here under their old names.
+The config (:class:`DQNConfig`), its presets and the algorithm box that ``--help`` shows live
+in the torch-free :mod:`rlkit.configs.dqn`; the exploration schedule is
+:class:`rlkit.training.schedules.EpsilonSchedule`.
 """
 
 from __future__ import annotations
@@ -25,13 +25,7 @@ from rlkit.algorithms.offpolicy import (
 )
 from rlkit.algorithms.offpolicy import offpolicy_collector as make_collector
 from rlkit.configs import dqn as _config
-from rlkit.configs.dqn import (  # noqa: F401 (the schedule's names re-exported)
-    PRESETS,
-    DQNConfig,
-    EpsilonSchedule,
-    exponential_epsilon,
-    linear_epsilon,
-)
+from rlkit.configs.dqn import PRESETS, DQNConfig
 from rlkit.modules import q_critic_discrete
 from rlkit.modules.builders import check_mlp_observation
 from rlkit.modules.critics import action_kind, observation_features
@@ -39,7 +33,7 @@ from rlkit.modules.networks import make_encoder, reinit_
 from rlkit.modules.policies import GreedyQPolicy
 from rlkit.objectives import DQNLoss
 from rlkit.objectives.dqn import TD_ERROR
-from rlkit.training import parse_config, run
+from rlkit.training import parse_config, run, schedules
 from rlkit.training.engine import Context
 from rlkit.training.update import LossGroup, update_loop
 
@@ -164,7 +158,21 @@ def build(cfg: DQNConfig, env, *, loss_cls=None) -> DQNLearner:
         where="dqn.build",
     )
     return DQNLearner(
-        cfg=cfg, loss=loss, action_spec=env.action_spec_unbatched, epsilon=cfg.epsilon
+        cfg=cfg,
+        loss=loss,
+        action_spec=env.action_spec_unbatched,
+        epsilon=epsilon_schedule(cfg),
+    )
+
+
+def epsilon_schedule(cfg: DQNConfig) -> schedules.EpsilonSchedule:
+    """The exploration schedule of ``--epsilon-schedule`` and its flags."""
+    return schedules.EpsilonSchedule(
+        kind=cfg.epsilon_schedule,
+        start=cfg.epsilon_start,
+        end=cfg.epsilon_end,
+        fraction=cfg.exploration_fraction,
+        decay=cfg.epsilon_decay,
     )
 
 

@@ -438,9 +438,9 @@ def load_particle(checkpoint: str | Path, index: int | None = None) -> nn.Module
 def _actor_from_particle_file(
     payload: Mapping[str, Any], path: Path, index: int | None
 ) -> nn.Module:
+    from rlkit.configs.base import stored_fields
     from rlkit.envs import make_env
     from rlkit.training import checkpoint as ckpt
-    from rlkit.training.config import stored_fields
 
     stored, state, own = payload.get("config"), payload.get("actor"), payload.get("index")
     if not (isinstance(stored, Mapping) and isinstance(state, Mapping) and isinstance(own, int)):
@@ -468,9 +468,9 @@ def _actor_from_particle_file(
 
 
 def _actor_from_checkpoint(payload: Mapping[str, Any], path: Path, index: int) -> nn.Module:
+    from rlkit.configs.base import stored_fields
     from rlkit.envs import make_env
     from rlkit.training import checkpoint as ckpt
-    from rlkit.training.config import stored_fields
 
     ckpt.check_compatible(payload, algo="svpg", path=path)
     cfg = SVPGConfig(**stored_fields(payload.get("config") or {}, SVPGConfig))

@@ -1,4 +1,4 @@
-"""Validation shared by the algorithm configs (on top of ``rlkit.training.config``'s helpers).
+"""Validation shared by the algorithm configs (on top of ``rlkit.configs.base``'s helpers).
 
 ``positive`` / ``non_negative`` compare with ``<=`` / ``<``, which NaN passes; a NaN or an
 infinite learning rate, coefficient or discount would then run and end in a non-finite loss
@@ -13,7 +13,7 @@ import dataclasses
 import math
 from typing import Any
 
-from rlkit.training.config import TrainConfig
+from rlkit.configs.base import TrainConfig
 
 #: float fields where ``inf`` means "no limit" (a clip level): infinities allowed, NaN and
 #: finite values beyond float32 not

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlkit.training.config import non_negative, positive
+from rlkit.configs.base import non_negative, positive
 
 #: the fields that give the critic its own loss group when one is set
 CRITIC_GROUP_FIELDS = ("value_lr", "value_epochs", "value_minibatch_size", "value_max_grad_norm")

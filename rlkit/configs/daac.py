@@ -25,10 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlkit.configs.base import non_negative, positive
 from rlkit.configs.encoders import EncoderConfig
 from rlkit.configs.onpolicy import ClipConfig, IntrinsicConfig
 from rlkit.configs.suites import ATARI_PPO, MINATAR_PPO
-from rlkit.training.config import non_negative, positive
 
 #: ``--advantage-target`` choices, the regression targets of the advantage head: the
 #: advantage the surrogate uses, or the raw one (:class:`~rlkit.objectives.DAACLoss`)

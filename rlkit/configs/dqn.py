@@ -23,57 +23,6 @@ from dataclasses import dataclass, field
 
 from rlkit.configs.encoders import OffPolicyEncoderConfig
 from rlkit.configs.offpolicy import OffPolicyConfig
-from rlkit.training import schedules
-
-
-# exploration (validated with the config, run by the learner) -------------------------------
-def linear_epsilon(start: float, end: float, fraction: float, progress: float) -> float:
-    """:math:`\\epsilon` from ``start`` to ``end`` over the first ``fraction`` of the budget
-    (SB3's ``exploration_fraction``), then ``end``."""
-    if fraction <= 0:
-        return end
-    return schedules.linear(start, end, progress / fraction)
-
-
-def exponential_epsilon(start: float, end: float, decay: float, batches: int) -> float:
-    """:math:`\\epsilon_k = \\max(\\epsilon_{end}, \\epsilon_0 \\gamma_\\epsilon^k)` after k
-    batches (the seed's ``eps_schedule_gamma``; ``decay = 1`` keeps it constant)."""
-    return max(end, start * decay**batches)
-
-
-@dataclass(frozen=True)
-class EpsilonSchedule:
-    """Exploration of DQN after the initial random fill (``learning_starts`` frames).
-
-    ``"linear"``: from ``start`` to ``end`` over the first ``fraction`` of the frame budget
-    (SB3's ``exploration_fraction``); ``"exponential"``: ``max(end, start * decay**k)``
-    after ``k`` collected batches (the seed's ``eps_schedule_gamma``).
-    """
-
-    kind: str = "linear"
-    start: float = 1.0
-    end: float = 0.05
-    fraction: float = 0.1
-    decay: float = 0.99
-
-    def __post_init__(self) -> None:
-        if self.kind not in ("linear", "exponential"):
-            raise ValueError(
-                f"--epsilon-schedule must be 'linear' or 'exponential', got {self.kind!r}"
-            )
-        for name in ("start", "end", "fraction", "decay"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                flag = {"fraction": "exploration-fraction", "decay": "epsilon-decay"}.get(
-                    name, f"epsilon-{name}"
-                )
-                raise ValueError(f"--{flag} must be in [0, 1], got {value}")
-
-    def value(self, *, progress: float, batches: int) -> float:
-        if self.kind == "linear":
-            return linear_epsilon(self.start, self.end, self.fraction, progress)
-        return exponential_epsilon(self.start, self.end, self.decay, batches)
-
 
 #: ``--optimizer`` choices of DQN
 DQN_OPTIMIZERS = ("adam", "rmsprop")
@@ -146,23 +95,22 @@ class DQNConfig(OffPolicyEncoderConfig, OffPolicyConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _ = self.epsilon  # validates the exploration flags
+        # the exploration flags (rlkit.training.schedules.EpsilonSchedule runs them)
+        if self.epsilon_schedule not in ("linear", "exponential"):
+            raise ValueError(
+                "--epsilon-schedule must be 'linear' or 'exponential', got "
+                f"{self.epsilon_schedule!r}"
+            )
+        for name in ("epsilon_start", "epsilon_end", "exploration_fraction", "epsilon_decay"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"--{name.replace('_', '-')} must be in [0, 1], got {value}")
         if self.target_update_period < 1:
             raise ValueError(
                 f"--target-update-period must be >= 1, got {self.target_update_period}"
             )
         if not 0 < self.tau <= 1:
             raise ValueError(f"--tau must be in (0, 1], got {self.tau}")
-
-    @property
-    def epsilon(self) -> EpsilonSchedule:
-        return EpsilonSchedule(
-            kind=self.epsilon_schedule,
-            start=self.epsilon_start,
-            end=self.epsilon_end,
-            fraction=self.exploration_fraction,
-            decay=self.epsilon_decay,
-        )
 
 
 #: Settings that override the defaults for an environment (flags and --config still win).

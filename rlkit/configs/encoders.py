@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rlkit.training.config import positive
+from rlkit.configs.base import positive
 
 #: ``--encoder`` choices, the keys of :data:`rlkit.modules.networks.ENCODERS`
 ENCODERS = ("mlp", "nature", "impala", "minatar", "flatten")

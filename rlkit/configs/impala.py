@@ -64,15 +64,18 @@ class VTraceConfig(PolicyGradientConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from rlkit.objectives.impala import check_vtrace_args
-
-        check_vtrace_args(
-            "config",
-            lmbda=self.vtrace_lambda,
-            rho_clip=self.rho_clip,
-            c_clip=self.c_clip,
-            pg_rho_clip=self.pg_rho_clip,
-        )
+        # the flags' own words; IMPALALoss checks its arguments the same way (a loss built
+        # without a config), and this layer imports no loss
+        for name in ("rho_clip", "c_clip", "pg_rho_clip"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ValueError(
+                    f"--{name.replace('_', '-')} must be a number > 0 (a V-trace truncation "
+                    f"level; the paper uses 1.0, inf for none), got {value!r}"
+                )
+        lmbda = self.vtrace_lambda
+        if isinstance(lmbda, bool) or not isinstance(lmbda, int | float) or not 0 <= lmbda <= 1:
+            raise ValueError(f"--vtrace-lambda must be in [0, 1] (1: no decay), got {lmbda!r}")
         if self.workers < 1 or self.num_envs % self.workers:
             raise ValueError(
                 f"--workers must be >= 1 and divide --num-envs ({self.num_envs}), got "

@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlkit.configs.base import TrainConfig, in_unit_interval, non_negative, positive
 from rlkit.configs.checks import (
     LR_DECAY_FRAMES_HELP,
     check_lr_decay_frames,
     finite_floats,
 )
-from rlkit.training.config import TrainConfig, in_unit_interval, non_negative, positive
 
 #: ``--priority-weight-norm`` choices: how prioritized replay's importance weights are
 #: normalised (:class:`~rlkit.objectives.DQNLoss` / ``SACLoss``'s ``priority_weights``)

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlkit.configs.base import TrainConfig, in_unit_interval, non_negative, positive
 from rlkit.configs.checks import (
     LR_DECAY_FRAMES_HELP,
     check_batch_floor,
@@ -18,7 +19,6 @@ from rlkit.configs.checks import (
     check_lr_gamma,
     finite_floats,
 )
-from rlkit.training.config import TrainConfig, in_unit_interval, non_negative, positive
 
 
 def _help(text: str, **kw: Any) -> dict[str, Any]:

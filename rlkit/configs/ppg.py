@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlkit.configs import ppo
+from rlkit.configs.base import non_negative, positive
 from rlkit.configs.encoders import EncoderConfig
 from rlkit.configs.onpolicy import ClipConfig, IntrinsicConfig
 from rlkit.configs.suites import MINATAR_PPO
-from rlkit.training.config import non_negative, positive
 
 #: ``--arch`` choices: separate policy and value networks, or one trunk
 ARCHS = ("dual", "shared")

@@ -30,10 +30,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlkit.configs.base import in_unit_interval, non_negative, positive
 from rlkit.configs.encoders import EncoderConfig
 from rlkit.configs.onpolicy import ClipConfig, InitConfig
 from rlkit.configs.suites import ATARI_PPO, MINATAR_PPO
-from rlkit.training.config import in_unit_interval, non_negative, positive
 
 
 def _help(text: str, **kw: Any) -> dict[str, Any]:

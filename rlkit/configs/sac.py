@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rlkit.configs.base import positive
 from rlkit.configs.encoders import OffPolicyEncoderConfig
 from rlkit.configs.offpolicy import OffPolicyConfig
-from rlkit.training.config import positive
 
 
 def check_sac_n_steps(n_steps: int) -> None:

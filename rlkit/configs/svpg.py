@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rlkit.configs.base import TrainConfig, in_unit_interval, non_negative, positive
 from rlkit.configs.checks import finite_floats
-from rlkit.training.config import TrainConfig, in_unit_interval, non_negative, positive
 
 #: the algorithms a particle can run (``--particle``)
 PARTICLE_ALGORITHMS = ("a2c", "ppo")

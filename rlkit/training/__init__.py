@@ -1,7 +1,7 @@
 """The training engine on Lightning Fabric: config parsing, the loop, the one update loop,
 checkpoints, evaluation and logs. Algorithms live in :mod:`rlkit.algorithms`.
 
-Importing this package imports no torch: config parsing (:mod:`rlkit.training.config`) and
+Importing this package imports no torch: config parsing (:mod:`rlkit.configs.base`) and
 the command line (:mod:`rlkit.training.cli`) are torch-free, so a recipe's ``--help``
 answers at once; the engine's names (``run``, ``Engine``, ``Context``, ``Learner``) are
 imported from :mod:`rlkit.training.engine` on first use (PEP 562).
@@ -10,10 +10,11 @@ imported from :mod:`rlkit.training.engine` on first use (PEP 562).
 import importlib
 from typing import Any
 
+from rlkit.configs.base import TrainConfig
+
 # ``cli`` the function, bound here so that it, not the submodule of the same name, is
 # ``rlkit.training.cli`` once ``rlkit.training.cli`` (the module) has been imported
-from rlkit.training.cli import cli
-from rlkit.training.config import TrainConfig, parse_config
+from rlkit.training.cli import cli, parse_config
 from rlkit.training.errors import CheckpointError, NonFiniteError, RunInterrupted
 
 #: names imported from the engine (torch, TensorDict, Lightning) when first asked for

@@ -18,17 +18,46 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from rlkit import _quiet
-from rlkit.training.config import parse_config
+from rlkit.configs import base as _config
 from rlkit.training.errors import (
     CheckpointError,
     CheckpointWriteError,
     NonFiniteError,
     RunInterrupted,
 )
+
+
+def stored_settings(path: Path) -> Mapping[str, Any] | None:
+    """The run settings a checkpoint stores (its ``config``), or None when the file cannot be
+    read (the engine names the problem with the file later, after the flags are checked).
+    Imports torch: only a resume or ``--eval-only --init-from`` reads a checkpoint here."""
+    from rlkit.training import checkpoint as ckpt
+
+    try:
+        return ckpt.load(path).get("config")
+    except ckpt.CheckpointError:
+        return None
+
+
+def parse_config(
+    cls: type,
+    argv: Sequence[str] | None = None,
+    *,
+    presets: Mapping[str, Mapping[str, Any]] | None = None,
+    description: str | None = None,
+):
+    """:func:`rlkit.configs.base.parse_config` (defaults, presets, ``--config`` YAML, flags,
+    validation) with the engine's checkpoint reader, so ``--resume`` continues the stored run's
+    settings: what recipes and research scripts call."""
+    return _config.parse_config(
+        cls, argv, presets=presets, description=description, read_checkpoint=stored_settings
+    )
+
 
 #: Errors that mean "the user asked for something impossible": the CLI prints them as one line.
 USER_ERRORS = (
@@ -87,7 +116,7 @@ def _one_line(message: str) -> str:
 
 def parse(name: str, argv: Sequence[str] | None = None):
     """Algorithm ``name``'s config from ``argv`` (default: the command line), as
-    ``recipes/<name>.py`` parses it: :func:`~rlkit.training.config.parse_config` with the
+    ``recipes/<name>.py`` parses it: :func:`parse_config` with the
     config class, presets and description of :mod:`rlkit.configs.<name>`. Imports no torch
     (``--resume`` reads its checkpoint's settings with torch, imported then)."""
     from rlkit.configs import NAMES

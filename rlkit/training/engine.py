@@ -44,12 +44,7 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from rlkit import _quiet, _speedups
-from rlkit.training import checkpoint as ckpt
-
-# the command line and the exception classes are torch-free (``--help`` imports no torch),
-# and importable from here, where they were defined before
-from rlkit.training.cli import USER_ERRORS, _one_line, cli  # noqa: F401
-from rlkit.training.config import (
+from rlkit.configs.base import (
     TrainConfig,
     as_flag,
     resume_checkpoint_path,
@@ -59,7 +54,12 @@ from rlkit.training.config import (
     typed_settings,
     unread_settings,
 )
-from rlkit.training.config import save_config as _save_config
+from rlkit.configs.base import save_config as _save_config
+from rlkit.training import checkpoint as ckpt
+
+# the command line and the exception classes are torch-free (``--help`` imports no torch),
+# and importable from here, where they were defined before
+from rlkit.training.cli import USER_ERRORS, _one_line, cli  # noqa: F401
 from rlkit.training.errors import CheckpointWriteError, NonFiniteError, RunInterrupted
 from rlkit.training.learner import Context, Counters, Learner, episode_stats
 from rlkit.training.runlog import RunLog, check_run_dir, claim_run_dir

@@ -54,8 +54,8 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
+from rlkit.configs.base import population_env_options
 from rlkit.modules import direct
-from rlkit.training.config import population_env_options
 from rlkit.training.errors import NonFiniteError
 from rlkit.training.learner import Context, Learner, episode_stats
 from rlkit.training.stats import bootstrap_ci, iqm  # noqa: F401 (re-exported)
@@ -957,7 +957,7 @@ def make_population_env(cfg, make_env, *, rank: int = 0, world_size: int = 1):
     from rlkit.modules import PopulationRewardNorm
 
     _, members = rank_members(cfg, rank, world_size)
-    options = population_env_options(cfg)  # what --sweep may not vary (training/config.py)
+    options = population_env_options(cfg)  # what --sweep may not vary (rlkit/configs/base.py)
     normalize_reward = options.pop("normalize_reward", False)
     env = make_env(
         cfg.env,

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # torch-free at run time: configs (rlkit.configs.dqn) use these schedules
+if TYPE_CHECKING:  # torch-free at run time
     from torch.optim import Optimizer
 
 
@@ -120,3 +120,52 @@ class KLAdaptiveLR:
 
     def load_state_dict(self, state: dict[str, float]) -> None:
         self.lr = float(state["lr"])
+
+
+# exploration ------------------------------------------------------------------------------
+def linear_epsilon(start: float, end: float, fraction: float, progress: float) -> float:
+    """:math:`\\epsilon` from ``start`` to ``end`` over the first ``fraction`` of the budget
+    (SB3's ``exploration_fraction``), then ``end``."""
+    if fraction <= 0:
+        return end
+    return linear(start, end, progress / fraction)
+
+
+def exponential_epsilon(start: float, end: float, decay: float, batches: int) -> float:
+    """:math:`\\epsilon_k = \\max(\\epsilon_{end}, \\epsilon_0 \\gamma_\\epsilon^k)` after k
+    batches (the seed's ``eps_schedule_gamma``; ``decay = 1`` keeps it constant)."""
+    return max(end, start * decay**batches)
+
+
+@dataclass(frozen=True)
+class EpsilonSchedule:
+    """Exploration of DQN after the initial random fill (``learning_starts`` frames).
+
+    ``"linear"``: from ``start`` to ``end`` over the first ``fraction`` of the frame budget
+    (SB3's ``exploration_fraction``); ``"exponential"``: ``max(end, start * decay**k)``
+    after ``k`` collected batches (the seed's ``eps_schedule_gamma``).
+    """
+
+    kind: str = "linear"
+    start: float = 1.0
+    end: float = 0.05
+    fraction: float = 0.1
+    decay: float = 0.99
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("linear", "exponential"):
+            raise ValueError(
+                f"--epsilon-schedule must be 'linear' or 'exponential', got {self.kind!r}"
+            )
+        for name in ("start", "end", "fraction", "decay"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                flag = {"fraction": "exploration-fraction", "decay": "epsilon-decay"}.get(
+                    name, f"epsilon-{name}"
+                )
+                raise ValueError(f"--{flag} must be in [0, 1], got {value}")
+
+    def value(self, *, progress: float, batches: int) -> float:
+        if self.kind == "linear":
+            return linear_epsilon(self.start, self.end, self.fraction, progress)
+        return exponential_epsilon(self.start, self.end, self.decay, batches)

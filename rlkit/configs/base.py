@@ -24,7 +24,7 @@ import re
 import sys
 import types
 import typing
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -800,16 +800,21 @@ def resume_checkpoint_path(resume: str | None, run_dir: str | None) -> Path | No
     return Path(resume)
 
 
-def _stored_config(path: str | Path, cls: type) -> dict[str, Any]:
+#: reads the run settings stored in a checkpoint (a mapping, or None when the file cannot be
+#: read): the engine's checkpoint reader, which :func:`rlkit.training.parse_config` passes
+ReadCheckpoint = Callable[[Path], "Mapping[str, Any] | None"]
+
+
+def _stored_config(path: str | Path, cls: type, read: ReadCheckpoint | None) -> dict[str, Any]:
     """The run settings stored in the checkpoint at ``path``, restricted to ``cls``'s fields
     and without launch settings; ``{}`` when the file cannot be read (the engine then names
     the problem with the checkpoint itself, after the flags are checked)."""
-    from rlkit.training import checkpoint as ckpt
-
-    try:
-        stored = ckpt.load(path).get("config")
-    except ckpt.CheckpointError:
-        return {}
+    if read is None:  # a caller's mistake, not the user's: this layer reads no checkpoint
+        raise TypeError(
+            "parse_config needs read_checkpoint to take a checkpoint's settings (--resume, "
+            "--eval-only --init-from): call rlkit.training.parse_config, which passes it"
+        )
+    stored = read(Path(path))
     if not isinstance(stored, Mapping):
         return {}
     return stored_fields(stored, cls)
@@ -822,12 +827,12 @@ def stored_fields(stored: Mapping[str, Any], cls: type) -> dict[str, Any]:
     return _as_field_types({k: v for k, v in stored.items() if k in names}, cls)
 
 
-def _resumed_config(path: str | Path, cls: type) -> dict[str, Any]:
+def _resumed_config(path: str | Path, cls: type, read: ReadCheckpoint | None) -> dict[str, Any]:
     """The settings a resumed run keeps: the checkpoint's (:func:`_stored_config`), and for a
     setting it does not name, added after it was written, that setting's default: the run
     trained with it (a new setting's default keeps the old behaviour), not with what a
     preset would give it now."""
-    stored = _stored_config(path, cls)
+    stored = _stored_config(path, cls, read)
     if not stored:  # unreadable: the engine names the problem with the file
         return stored
     return {**_defaults(cls, exclude=RESUME_SAFE | stored.keys()), **stored}
@@ -882,6 +887,7 @@ def parse_config(
     *,
     presets: Mapping[str, Mapping[str, Any]] | None = None,
     description: str | None = None,
+    read_checkpoint: ReadCheckpoint | None = None,
 ):
     """Resolve a config from defaults, env presets, ``--config`` YAML and flags.
 
@@ -899,6 +905,10 @@ def parse_config(
 
     Unknown flags and invalid values exit with a one-line error (status 2). A ValueError
     from the config's own validation is reported the same way, before anything is built.
+
+    ``read_checkpoint`` reads a checkpoint's stored settings (torch is needed for that, and this
+    layer imports none): :func:`rlkit.training.parse_config` passes the engine's reader, and is
+    what recipes and scripts call.
     """
     parser = build_parser(cls, description=description)
     argv = _attach_negative_values(sys.argv[1:] if argv is None else list(argv))
@@ -926,13 +936,13 @@ def parse_config(
             path = resume_checkpoint_path(typed["resume"], typed.get("run_dir"))
         except ValueError as err:
             parser.error(str(err))
-        stored = _resumed_config(path, cls)
+        stored = _resumed_config(path, cls, read_checkpoint)
         try:
             _refuse_changes(typed, stored, path)
         except ValueError as err:
             parser.error(str(err))
     elif typed.get("eval_only") and typed.get("init_from"):
-        stored = _stored_config(typed["init_from"], cls)
+        stored = _stored_config(typed["init_from"], cls, read_checkpoint)
     env_default = next(f.default for f in dataclasses.fields(cls) if f.name == "env")
     env = typed.get("env", stored.get("env", env_default))
     preset = preset_for(presets, env, cls)  # the id's own, else its suite's (MinAtar/*, ALE/*)
