@@ -21,7 +21,8 @@ from rlkit.data.collector import make_collector
 from rlkit.envs import make_env
 from rlkit.training import parse_config
 from rlkit.training.engine import Context, Counters
-from rlkit.training.population import PopulationLearner, bootstrap_ci, iqm
+from rlkit.training.population import PopulationLearner
+from rlkit.training.stats import bootstrap_ci, iqm
 
 N_ENVS, STEPS = 4, 16
 SETTINGS = [

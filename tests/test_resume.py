@@ -180,7 +180,7 @@ def test_a_disk_that_fills_during_a_checkpoint_keeps_the_previous_one(
 
 
 def test_a_multi_line_error_is_printed_as_one_line_with_the_matter_first():
-    from rlkit.training.engine import _one_line
+    from rlkit.training.cli import _one_line
 
     message = "the batch holds obs, reward\nPPOLoss declares 'advantage' ...: run GAE first"
     assert _one_line(message) == (

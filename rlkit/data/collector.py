@@ -220,7 +220,7 @@ def _parse_env(env: EnvBase) -> _EnvParts:
     parts = _base_parts(env)
     position = 0
     for t in _transform_list(env):
-        # the class itself or an rlkit subclass (PopulationRewardNorm is a RewardNorm)
+        # the class itself or an rlkit subclass (a RewardNorm per block of sub-envs is one)
         kind = next((c for c in _TRANSFORM_ORDER if isinstance(t, c)), type(t))
         if kind not in _TRANSFORM_ORDER or _TRANSFORM_ORDER.index(kind) < position:
             raise _unsupported(
@@ -640,7 +640,7 @@ def make_collector(
 
 def _as_tensordict_module(policy: nn.Module) -> nn.Module:
     """``policy`` as TorchRL's ``Collector`` takes it: a plain ``nn.Module`` with ``in_keys``
-    and ``out_keys`` (a population's policy) is refused there unless it is a
+    and ``out_keys`` (one policy over several blocks of envs) is refused there unless it is a
     ``TensorDictModuleBase``; a thin one calls it, sharing its parameters."""
     if isinstance(policy, TensorDictModuleBase) or not hasattr(policy, "in_keys"):
         return policy

@@ -59,7 +59,7 @@ from rlkit.training import checkpoint as ckpt
 
 # the command line and the exception classes are torch-free (``--help`` imports no torch),
 # and importable from here, where they were defined before
-from rlkit.training.cli import USER_ERRORS, _one_line, cli  # noqa: F401
+from rlkit.training.cli import _one_line
 from rlkit.training.errors import CheckpointWriteError, NonFiniteError, RunInterrupted
 from rlkit.training.learner import Context, Counters, Learner, episode_stats
 from rlkit.training.runlog import RunLog, check_run_dir, claim_run_dir
@@ -215,55 +215,6 @@ def _on_every_rank(fabric, action: Callable[[], Any]) -> Any:
     if first:
         raise ckpt.CheckpointError(first)
     return result
-
-
-def _resume_population_rank(fabric, path: Path, learner, counters, env_modules) -> dict:
-    """Restore this rank's block of a population's members from its own file of the save
-    ``path`` (rank 0's: ``path``; rank r's: :func:`rank_checkpoint_path`).
-
-    Each rank's file holds only its own members, so a rank cannot fall back to another's
-    copy, and the checkpoint must come from as many ranks as now (the members' split). The
-    ranks agree on the outcome (:func:`_on_every_rank`)."""
-    rank, world = fabric.global_rank, fabric.world_size
-
-    def restore() -> dict:
-        head = ckpt.load(path)
-        saved = int(head.get("world_size", 1))
-        if saved != world:
-            raise ckpt.CheckpointError(
-                f"checkpoint {str(path)!r} holds a population split over {saved} process(es), "
-                f"each file its own block of members; resume it on {saved} (--devices "
-                f"{saved}), or start a new run"
-            )
-        own = rank_checkpoint_path(path, rank)
-        payload = head if rank == 0 else ckpt.load(own)
-        if rank > 0 and (
-            payload.get("save_id") is None or payload["save_id"] != head.get("save_id")
-        ):
-            raise ckpt.CheckpointError(
-                f"{str(own)!r} was not written by the same save as {str(path)!r} (a run "
-                "stopped between the ranks' writes): resume from an earlier checkpoint "
-                f"(--resume {path.parent}/frames_<N>.pt) written by every rank"
-            )
-        _apply(payload, own, learner, counters, env_modules)
-        return payload
-
-    return _on_every_rank(fabric, restore)
-
-
-def _warm_start_population(path: Path, learner) -> None:
-    """``--init-from`` for a population: every member's modules (by population-wide name)
-    must be in ``path``; a missing one is refused instead of training from scratch."""
-    payload = ckpt.load(path)
-    missing = [name for name in learner.modules() if name not in payload["modules"]]
-    if missing:
-        raise ckpt.CheckpointError(
-            f"--init-from {str(path)!r} has no module {missing[0]!r} ({len(missing)} of this "
-            "process's members' modules missing): warm start a population from a checkpoint "
-            "of a population with as many members, written by one process (a checkpoint of "
-            "several processes keeps each one's members in its own file)"
-        )
-    _warm_start(path, learner)
 
 
 def _warm_start(path: Path, learner: Learner) -> None:
@@ -484,6 +435,128 @@ class _Start:
             self.built.env.close(raise_if_closed=False)  # TorchRL's Collector closes it
 
 
+class RunReport:
+    """What the engine reports of a run, through its mode: the episodes of each batch, the
+    evaluations, the summary. This class reports one run; a population's report
+    (:class:`rlkit.training.population.PopulationRunReport`) reports every member."""
+
+    #: every rank holds the same parameters (compared at the end: ``rank_param_max_diff``)
+    replicated = True
+
+    def __init__(self, learner: Learner, fabric) -> None:
+        self.learner, self.fabric = learner, fabric
+
+    def gather(
+        self, batch: TensorDictBase, metrics: Mapping[str, float]
+    ) -> tuple[Mapping[str, float], list[float], list[float]]:
+        """The batch's metrics and the returns and lengths of its episodes that ended (this
+        rank's: every rank runs the same schedule whatever its episodes)."""
+        returns, lengths = episode_stats(batch)
+        return metrics, returns, lengths
+
+    def write_rows(self, log, frames: int, batch, metrics: Mapping[str, float]) -> dict:
+        """Rows of their own (none here), and the run's row of ``metrics.csv`` to complete."""
+        return dict(metrics)
+
+    def evaluate(self, evaluator, counters: Counters, log) -> tuple[float, float, dict] | None:
+        """``(mean, std, details)`` of an evaluation on rank 0 (None on the others, which
+        receive rank 0's); ``details`` is the learner's breakdown (``evaluation_details``,
+        e.g. SVPG's per-particle returns, written to eval.csv)."""
+        if self.fabric.global_rank != 0:
+            return None
+        details = getattr(self.learner, "evaluation_details", None)
+        if details is None:
+            mean, std = evaluator(self.learner.eval_policy())
+            return mean, std, {}
+        returns = evaluator.returns(self.learner.eval_policy())
+        mean = float(returns.mean())
+        std = float(returns.std(unbiased=False)) if returns.numel() > 1 else 0.0
+        return mean, std, details(returns)
+
+    def reached(self, mean: float, target: float) -> bool:
+        """Whether ``--target-return`` is reached, after an evaluation of mean ``mean``."""
+        return mean >= target
+
+    def finish(self, run_dir: Path, summary: Mapping[str, Any]) -> dict[str, Any]:
+        """Files of its own at the end (rank 0) and entries added to ``summary.json``."""
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        pass
+
+
+class RunMode:
+    """How the engine runs what a recipe's ``build`` makes: one run (this class) or a
+    population of members (:class:`rlkit.training.population.PopulationMode`). The engine
+    chooses the mode once (:func:`run_mode`) and talks to it through these methods only:
+    the envs, the build, the frames a batch counts, the report, the restore.
+
+    Args:
+        cfg: the run's config.
+    """
+
+    #: every rank holds the same parameters: rank 0's are broadcast after the build and
+    #: after a warm start (DDP)
+    replicated = True
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        self.cfg = cfg
+
+    def check(self, world_size: int) -> None:
+        """Refuse, before any rank starts, what the mode cannot run on ``world_size`` ranks."""
+
+    def make_env(self, make: Callable[..., Any], *, rank: int, world_size: int):
+        """This rank's training env, from ``make(num_envs=..., seed=..., **options)``."""
+        cfg = self.cfg
+        return make(
+            num_envs=cfg.num_envs,
+            seed=cfg.seed + 1000 * rank,
+            **cfg.env_options(),
+            **cfg.gym_options(),
+        )
+
+    def build(self, build: Callable[..., Learner], env, *, rank: int, world_size: int) -> Learner:
+        """This rank's learner: the recipe's ``build(cfg, env)``."""
+        return build(self.cfg, env)
+
+    def frames(self, batch: TensorDictBase, world_size: int) -> int:
+        """The frames a batch of this rank adds to the run's count (every rank's)."""
+        return batch.numel() * world_size
+
+    def reseed(
+        self, env, learner: Learner, seed: int, frames: int, *, rank: int, world_size: int
+    ) -> None:
+        """A resumed run's training envs, seeded with ``seed`` (the rank's start seed plus
+        the ``frames`` done), so it does not replay the episodes it began with."""
+        from rlkit.envs import reseed
+
+        reseed(env, seed)
+
+    def resume(self, fabric, path: Path, learner, counters, env_modules) -> dict | None:
+        """Restore this rank from checkpoint ``path``; the payload holding its own state."""
+        return _resume_rank(fabric, path, learner, counters, env_modules)
+
+    def warm_start(self, fabric, path: Path, learner: Learner) -> None:
+        """``--init-from``: the networks of ``path``, the same on every rank."""
+        _warm_start(path, learner)
+        _broadcast_parameters(fabric, learner.modules())
+
+    def report(self, learner: Learner, fabric) -> RunReport:
+        return RunReport(learner, fabric)
+
+
+def run_mode(cfg: TrainConfig) -> RunMode:
+    """The run's mode: a population with ``--population N > 1`` or ``--sweep``, else one run."""
+    if cfg.population > 1 or cfg.sweep:
+        from rlkit.training.population import PopulationMode
+
+        return PopulationMode(cfg)
+    return RunMode(cfg)
+
+
 @dataclass  # not frozen: Lightning moves the returned value to the CPU field by field
 class _Stopped:
     """What a rank started by a spawning launcher returns when a signal stopped it
@@ -513,6 +586,8 @@ class Engine:
         self.env_source: str | Callable[..., Any] = cfg.env
         if env is not None:
             self.cfg, self.env_source = with_env(cfg, env)
+        #: one run, or a population (the only place the engine tells them apart)
+        self.mode = run_mode(self.cfg)
         self._reads_before: set[str] = set()
 
     def fit(self) -> dict[str, Any]:
@@ -520,11 +595,7 @@ class Engine:
         # ranks (a launcher may start them in new processes), which record their own
         self._reads_before = stop_tracking()
         fabric = make_fabric(self.cfg)
-        if self.cfg.sweep or self.cfg.population > 1:
-            from rlkit.training.population import rank_members
-
-            # members that do not split evenly over the ranks: refused before any rank starts
-            rank_members(self.cfg, 0, fabric.world_size)
+        self.mode.check(fabric.world_size)  # refused before any rank starts
         if self.cfg.strategy in ("ddp_spawn", "ddp_fork", "ddp_notebook"):
             # these launchers start the ranks themselves and run a function in each; rank 0's
             # return value comes back here. This process passes a stop signal on to the ranks
@@ -666,7 +737,9 @@ class Engine:
         seed = cfg.seed + 1000 * rank
         if start.resume_path is not None:
             seed += counters.frames
-            _reseed_envs(cfg, env, learner, seed, counters.frames, rank, fabric.world_size)
+            self.mode.reseed(
+                env, learner, seed, counters.frames, rank=rank, world_size=fabric.world_size
+            )
         start.collector = batch_floor(
             cfg, self.make_collector(env, learner, fabric.device, seed=seed), fabric
         )
@@ -709,44 +782,24 @@ class Engine:
         state; the env is closed when anything fails."""
         from rlkit.envs import check_same_spaces, get_reward_norm, make_env
 
-        cfg, rank = self.cfg, fabric.global_rank
+        cfg, rank, mode = self.cfg, fabric.global_rank, self.mode
         fabric.seed_everything(cfg.seed, verbose=False)  # identical networks on every rank
-        members = len(cfg.population_members())
-        population = members > 1 or bool(cfg.sweep)
-        # a population's members are split across the ranks, each rank a contiguous block
-        # (rlkit.training.population.rank_members); its env holds its members' sub-envs
         split = {"rank": rank, "world_size": fabric.world_size}
         source = self.env_source
-        if population:
-            from rlkit.training.population import make_population_env
-
-            env = make_population_env(cfg, partial(_make_source_env, make_env, source), **split)
-        else:
-            env = make_env(
-                source,
-                num_envs=cfg.num_envs,
-                seed=cfg.seed + 1000 * rank,
-                **cfg.env_options(),
-                **cfg.gym_options(),
-            )
+        env = mode.make_env(partial(make_env, source), **split)
         try:
             # statistics that live in the env (reward scaling) are checkpointed with the
             # learner; on several ranks each keeps its own, in its own file
             # (rank_checkpoint_path)
             reward_norm = get_reward_norm(env)
             env_modules = {"reward_norm": reward_norm} if reward_norm is not None else {}
-            if population:
-                from rlkit.training.population import build_population
-
-                learner = build_population(self.build, cfg, env, **split)
-            else:
-                learner = self.build(cfg, env)
+            learner = mode.build(self.build, env, **split)
             modules = learner.modules()
             for m in modules.values():
                 m.to(fabric.device)
             for optimizer in learner.optimizers().values():
                 _speedups.skip_cpu_graph_capture_check(optimizer)
-            if not population:  # a population's ranks hold different members
+            if mode.replicated:
                 _broadcast_parameters(fabric, modules)
             built = _Built(env, env_modules, learner)
             if cfg.eval_only:
@@ -754,28 +807,19 @@ class Engine:
             built.evaluator = _run_evaluator(cfg, fabric.device, source)
             if cfg.eval_env:
                 check_same_spaces(env, built.evaluator.env, train_id=cfg.env, eval_id=cfg.eval_env)
-            self._restore(fabric, resume_path, built, population)
+            self._restore(fabric, resume_path, built)
             return built
         except BaseException:
             env.close()
             raise
 
-    def _restore(self, fabric, resume_path: Path | None, built: _Built, population: bool):
+    def _restore(self, fabric, resume_path: Path | None, built: _Built):
         """Resume from ``resume_path`` (this rank's own state) or warm start (--init-from)."""
         learner, counters, env_modules = built.learner, built.counters, built.env_modules
-        if resume_path is not None and population:
-            built.payload = _resume_population_rank(
-                fabric, resume_path, learner, counters, env_modules
-            )
-        elif resume_path is not None:
-            built.payload = _resume_rank(fabric, resume_path, learner, counters, env_modules)
-        elif self.cfg.init_from and population:  # its ranks hold different members
-            _on_every_rank(
-                fabric, lambda: _warm_start_population(Path(self.cfg.init_from), learner)
-            )
+        if resume_path is not None:
+            built.payload = self.mode.resume(fabric, resume_path, learner, counters, env_modules)
         elif self.cfg.init_from:
-            _warm_start(Path(self.cfg.init_from), learner)
-            _broadcast_parameters(fabric, learner.modules())
+            self.mode.warm_start(fabric, Path(self.cfg.init_from), learner)
 
     def _train(self, fabric, start: _Start) -> dict[str, Any]:
         built, run_dir, resume_path = start.built, start.run_dir, start.resume_path
@@ -802,7 +846,7 @@ class Engine:
             f"{cfg.seed}, {fabric.world_size} process(es), run dir {run_dir}"
         )
         state = _LoopState(
-            fabric, cfg, learner, counters, log, evaluator, run_dir, start.save_token
+            fabric, cfg, self.mode, learner, counters, log, evaluator, run_dir, start.save_token
         )
         state.extra_modules = built.env_modules
         state.env_source = self.env_source
@@ -842,10 +886,7 @@ class Engine:
                 batch = next(iterator)
                 metrics = s.learner.update(batch, ctx)
             collector.update_policy_weights_()
-            if s.population is None:
-                counters.frames += batch.numel() * world
-            else:  # a member's frames (the batch holds this rank's members' frames)
-                counters.frames += batch.numel() // s.local_members
+            counters.frames += self.mode.frames(batch, world)
             counters.batches += 1
             now = time.perf_counter()
             counters.train_seconds += now - tick
@@ -882,23 +923,6 @@ def batch_floor(cfg: TrainConfig, collector, fabric):
     )
 
 
-def _reseed_envs(cfg: TrainConfig, env, learner, seed: int, frames: int, rank, world_size):
-    """A resumed run's training envs, seeded with ``seed`` (the run's start seed plus
-    ``frames``); a population's sub-envs member by member
-    (:func:`rlkit.training.population.env_seeds` plus ``frames``) and its members' worker
-    streams as their standalone runs' new workers."""
-    from rlkit.envs import reseed
-
-    if cfg.population > 1 or cfg.sweep:
-        from rlkit.training.population import env_seeds, rank_members
-
-        _, members = rank_members(cfg, rank, world_size)
-        reseed(env, [s + frames for s in env_seeds(cfg, members)])
-        learner.restart_collection(frames)
-    else:
-        reseed(env, seed)
-
-
 def default_collector(env, learner: Learner, device, *, seed: int | None = None):
     """A synchronous, in-process collector over the batched env (seeded already: ``seed``,
     the engine's seed for this rank's collection, is for collectors with envs of their own).
@@ -921,7 +945,9 @@ def default_collector(env, learner: Learner, device, *, seed: int | None = None)
 class _LoopState:
     """Book-keeping of one run: metrics, evaluation, checkpoints, summary."""
 
-    def __init__(self, fabric, cfg, learner, counters, log, evaluator, run_dir, save_token):
+    def __init__(
+        self, fabric, cfg, mode, learner, counters, log, evaluator, run_dir, save_token
+    ) -> None:
         self.fabric, self.cfg, self.learner = fabric, cfg, learner
         self.counters, self.log, self.evaluator, self.run_dir = counters, log, evaluator, run_dir
         self.extra_modules: dict[str, nn.Module] = {}
@@ -935,18 +961,10 @@ class _LoopState:
         self.wall_start = time.perf_counter()
         #: the learner's breakdown of the last evaluation (``evaluation_details``), if any
         self.eval_details: dict[str, float] = {}
-        #: a population's report (per-member rows, population.json), or None
-        self.population = None
-        #: members in the run (all ranks) and on this rank
-        self.members = self.local_members = getattr(learner, "size", 1)
-        if hasattr(learner, "members"):
-            from rlkit.training.population import PopulationReport
-
-            self.population = PopulationReport(
-                learner, cfg.target_return, fabric=fabric, members=cfg.population_members()
-            )
-            self.population.load_state_dict(counters.population)
-            self.members = self.population.size
+        #: what the run mode reports: the episodes and evaluations of the run, or of every
+        #: member of a population (its rows, population.json)
+        self.report: RunReport = mode.report(learner, fabric)
+        self.report.load_state_dict(counters.report)
 
     @property
     def is_zero(self) -> bool:
@@ -954,16 +972,10 @@ class _LoopState:
 
     def record(self, batch: TensorDictBase, metrics: Mapping[str, float]) -> None:
         c = self.counters
-        member_returns = None
-        if self.population is None:
-            returns, lengths = episode_stats(batch)
-        else:  # every rank's members (the same on every rank)
-            metrics, returns, lengths, member_returns = self.population.gather_batch(batch, metrics)
+        metrics, returns, lengths = self.report.gather(batch, metrics)  # the same on every rank
         self.recent_returns = (self.recent_returns + returns)[-20:]
         if c.batches % self.cfg.log_every == 0 or returns:
-            row = {k: v for k, v in metrics.items() if "/member" not in k}
-            if self.population is not None:
-                self.population.record(self.log, c.frames, batch, metrics, member_returns)
+            row = self.report.write_rows(self.log, c.frames, batch, metrics)
             if returns:
                 row["episode_return"] = sum(returns) / len(returns)
             if lengths:
@@ -986,20 +998,11 @@ class _LoopState:
     def evaluate(self) -> tuple[float, float]:
         """Rank 0 evaluates; every rank receives the result."""
         result = torch.zeros(2, dtype=torch.float64)
-        if self.population is not None:
-            mean, std = self.population.evaluate(self.evaluator, self.counters, self.log)
-            self.counters.population = self.population.state_dict()
+        scored = self.report.evaluate(self.evaluator, self.counters, self.log)
+        if scored is not None:  # on rank 0, or on every rank (a population's)
+            mean, std, self.eval_details = scored
             result = torch.tensor([mean, std], dtype=torch.float64)
-        elif self.is_zero:
-            details = getattr(self.learner, "evaluation_details", None)
-            if details is None:
-                mean, std = self.evaluator(self.learner.eval_policy())
-            else:  # e.g. SVPG's per-particle returns, written to eval.csv
-                returns = self.evaluator.returns(self.learner.eval_policy())
-                mean = float(returns.mean())
-                std = float(returns.std(unbiased=False)) if returns.numel() > 1 else 0.0
-                self.eval_details = details(returns)
-            result = torch.tensor([mean, std], dtype=torch.float64)
+        self.counters.report = self.report.state_dict()
         if self.fabric.world_size > 1:
             result = self.fabric.broadcast(result, src=0)
         mean, std = float(result[0]), float(result[1])
@@ -1008,14 +1011,7 @@ class _LoopState:
         c.last_eval_frames = c.frames
         self.log.log_eval(c.frames, c.train_seconds, mean, std, extra=self.eval_details)
         target = self.cfg.target_return
-        reached = (
-            self.population.all_solved()
-            if self.population is not None
-            else mean >= target
-            if target is not None
-            else False
-        )
-        if target is not None and reached and c.solved_frames is None:
+        if target is not None and self.report.reached(mean, target) and c.solved_frames is None:
             c.solved_frames, c.solved_seconds = c.frames, c.train_seconds
         if self.cfg.snapshot_best and (c.best_eval_return is None or mean > c.best_eval_return):
             c.best_eval_return = mean
@@ -1110,7 +1106,7 @@ class _LoopState:
     def rank_param_max_diff(self) -> float | None:
         """Largest difference of any parameter between ranks (0.0 when they agree; None for
         a population, whose ranks hold different members)."""
-        if self.population is not None and self.fabric.world_size > 1:
+        if not self.report.replicated and self.fabric.world_size > 1:
             return None
         if self.fabric.world_size == 1:
             return 0.0
@@ -1158,9 +1154,8 @@ class _LoopState:
             "run_dir": str(self.run_dir),
             "config": to_dict(cfg),
         }
-        if self.population is not None and self.is_zero:
-            summary["population"] = self.population.finish(self.run_dir, summary)["aggregates"]
-            summary["population_fps"] = round(summary["fps"] * self.members, 1)
+        if self.is_zero:
+            summary |= self.report.finish(self.run_dir, summary)
         self.log.finish(summary)
         if self.is_zero and cfg.video:
             _try_video(
@@ -1183,13 +1178,6 @@ class _LoopState:
             f"frames/s), eval return {mean:.1f} +- {std:.1f}{solved}; results in {self.run_dir}"
         )
         return summary
-
-
-def _make_source_env(make_env, source, env_id, **kwargs):
-    """``make_env`` of the run's env source in place of ``env_id`` (``cfg.env``): a
-    population's env of the env factory given to :func:`run`."""
-    del env_id
-    return make_env(source, **kwargs)
 
 
 def with_env(cfg: TrainConfig, env: str | Callable[..., Any]) -> tuple[TrainConfig, Any]:

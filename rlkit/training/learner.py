@@ -99,14 +99,18 @@ class Counters:
     last_checkpoint_frames: int = 0
     last_video_frames: int = 0
     best_eval_return: float | None = None
-    #: a population's per-member progress (first frames each member reached the target)
-    population: dict[str, Any] = field(default_factory=dict)
+    #: the run mode's report state (a population's: the frames each member reached the
+    #: target at); checkpointed as ``population``, its name before run modes
+    report: dict[str, Any] = field(default_factory=dict)
 
     def state_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        state = dict(self.__dict__)
+        state["population"] = state.pop("report")  # the checkpoints' key
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         for k, v in state.items():
+            k = "report" if k == "population" else k
             if k in self.__dict__:
                 setattr(self, k, v)
 

@@ -48,6 +48,7 @@ import dataclasses
 import logging
 import math
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -56,9 +57,18 @@ from torch import nn
 
 from rlkit.configs.base import population_env_options
 from rlkit.modules import direct
+from rlkit.training import checkpoint as ckpt
+from rlkit.training.engine import (
+    RunMode,
+    RunReport,
+    _apply,
+    _on_every_rank,
+    _warm_start,
+    rank_checkpoint_path,
+)
 from rlkit.training.errors import NonFiniteError
 from rlkit.training.learner import Context, Learner, episode_stats
-from rlkit.training.stats import bootstrap_ci, iqm  # noqa: F401 (re-exported)
+from rlkit.training.stats import bootstrap_ci, iqm
 from rlkit.training.update import (
     KLStops,
     LossGroup,
@@ -950,7 +960,8 @@ def build_population(build, cfg, env, *, rank: int = 0, world_size: int = 1) -> 
 
 
 def make_population_env(cfg, make_env, *, rank: int = 0, world_size: int = 1):
-    """The training env of this rank's members (:func:`rank_members`): ``P x num_envs``
+    """The training env of this rank's members (:func:`rank_members`), from
+    ``make_env(num_envs=..., seed=..., **options)`` (the run's env source): ``P x num_envs``
     sub-envs, member ``i``'s seeded as its standalone run's; with ``--normalize-reward`` a
     :class:`~rlkit.modules.PopulationRewardNorm` gives each member its own reward statistics
     (and its own ``gamma``), where one :class:`~rlkit.modules.RewardNorm` would share them."""
@@ -959,12 +970,7 @@ def make_population_env(cfg, make_env, *, rank: int = 0, world_size: int = 1):
     _, members = rank_members(cfg, rank, world_size)
     options = population_env_options(cfg)  # what --sweep may not vary (rlkit/configs/base.py)
     normalize_reward = options.pop("normalize_reward", False)
-    env = make_env(
-        cfg.env,
-        num_envs=cfg.num_envs * len(members),
-        seed=env_seeds(cfg, members),
-        **options,
-    )
+    env = make_env(num_envs=cfg.num_envs * len(members), seed=env_seeds(cfg, members), **options)
     if normalize_reward:
         gammas = [s.get("gamma", cfg.gamma) for _, s in members]
         env.append_transform(PopulationRewardNorm(gammas, cfg.num_envs))
@@ -1249,3 +1255,140 @@ def plot_population(run_dir, settings: Sequence[Mapping[str, Any]], *, title: st
     fig.savefig(out)
     plt.close(fig)
     return out
+
+
+# ------------------------------------------------------------------------------ the run mode
+class PopulationRunReport(RunReport):
+    """:class:`~rlkit.training.engine.RunReport` of a population: the episodes and
+    evaluations of every member, on every rank (:class:`PopulationReport`), the per-member
+    rows, ``population.json`` and ``population.png``."""
+
+    replicated = False  # each rank holds its own block of members
+
+    def __init__(self, learner: PopulationLearner, fabric, cfg) -> None:
+        super().__init__(learner, fabric)
+        self.population = PopulationReport(
+            learner, cfg.target_return, fabric=fabric, members=cfg.population_members()
+        )
+        self._member_returns: Mapping[int, list[float]] | None = None
+
+    def gather(self, batch, metrics):
+        metrics, returns, lengths, self._member_returns = self.population.gather_batch(
+            batch, metrics
+        )
+        return metrics, returns, lengths
+
+    def write_rows(self, log, frames, batch, metrics) -> dict:
+        self.population.record(log, frames, batch, metrics, self._member_returns)
+        return {k: v for k, v in metrics.items() if "/member" not in k}
+
+    def evaluate(self, evaluator, counters, log):
+        mean, std = self.population.evaluate(evaluator, counters, log)
+        return mean, std, {}
+
+    def reached(self, mean: float, target: float) -> bool:
+        return self.population.all_solved()
+
+    def finish(self, run_dir, summary) -> dict[str, Any]:
+        aggregates = self.population.finish(run_dir, dict(summary))["aggregates"]
+        fps = round(summary["fps"] * self.population.size, 1)
+        return {"population": aggregates, "population_fps": fps}
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.population.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.population.load_state_dict(state)
+
+
+class PopulationMode(RunMode):
+    """A population (``--population N``, ``--sweep``) as a run mode of the engine: this
+    rank's block of members (:func:`rank_members`) shares one env (:func:`make_population_env`)
+    and one :class:`PopulationLearner` (:func:`build_population`), each member built by the
+    recipe's own ``build`` with its own config; a batch counts one member's frames; a
+    checkpoint holds each rank's members in its own file."""
+
+    replicated = False  # each rank holds its own block of members
+
+    def check(self, world_size: int) -> None:
+        rank_members(self.cfg, 0, world_size)  # members that do not split evenly
+
+    def make_env(self, make, *, rank: int, world_size: int):
+        return make_population_env(self.cfg, make, rank=rank, world_size=world_size)
+
+    def build(self, build, env, *, rank: int, world_size: int) -> PopulationLearner:
+        learner = build_population(build, self.cfg, env, rank=rank, world_size=world_size)
+        self.local_members = learner.size
+        return learner
+
+    def frames(self, batch: TensorDictBase, world_size: int) -> int:
+        # a member's frames: the batch holds this rank's members' (each as many)
+        return batch.numel() // self.local_members
+
+    def reseed(self, env, learner, seed: int, frames: int, *, rank: int, world_size: int):
+        """Each member's sub-envs from its standalone run's seeds (:func:`env_seeds`) plus
+        ``frames``, and its worker streams as its standalone run's new workers."""
+        from rlkit.envs import reseed
+
+        _, members = rank_members(self.cfg, rank, world_size)
+        reseed(env, [s + frames for s in env_seeds(self.cfg, members)])
+        learner.restart_collection(frames)
+
+    def resume(self, fabric, path, learner, counters, env_modules) -> dict:
+        return _resume_rank_members(fabric, path, learner, counters, env_modules)
+
+    def warm_start(self, fabric, path, learner) -> None:
+        # its ranks hold different members: nothing is broadcast; the ranks agree on a refusal
+        _on_every_rank(fabric, lambda: _warm_start_members(path, learner))
+
+    def report(self, learner, fabric) -> PopulationRunReport:
+        return PopulationRunReport(learner, fabric, self.cfg)
+
+
+def _resume_rank_members(fabric, path: Path, learner, counters, env_modules) -> dict:
+    """Restore this rank's block of a population's members from its own file of the save
+    ``path`` (rank 0's: ``path``; rank r's: :func:`rank_checkpoint_path`).
+
+    Each rank's file holds only its own members, so a rank cannot fall back to another's
+    copy, and the checkpoint must come from as many ranks as now (the members' split). The
+    ranks agree on the outcome (:func:`~rlkit.training.engine._on_every_rank`)."""
+    rank, world = fabric.global_rank, fabric.world_size
+
+    def restore() -> dict:
+        head = ckpt.load(path)
+        saved = int(head.get("world_size", 1))
+        if saved != world:
+            raise ckpt.CheckpointError(
+                f"checkpoint {str(path)!r} holds a population split over {saved} process(es), "
+                f"each file its own block of members; resume it on {saved} (--devices "
+                f"{saved}), or start a new run"
+            )
+        own = rank_checkpoint_path(path, rank)
+        payload = head if rank == 0 else ckpt.load(own)
+        if rank > 0 and (
+            payload.get("save_id") is None or payload["save_id"] != head.get("save_id")
+        ):
+            raise ckpt.CheckpointError(
+                f"{str(own)!r} was not written by the same save as {str(path)!r} (a run "
+                "stopped between the ranks' writes): resume from an earlier checkpoint "
+                f"(--resume {path.parent}/frames_<N>.pt) written by every rank"
+            )
+        _apply(payload, own, learner, counters, env_modules)
+        return payload
+
+    return _on_every_rank(fabric, restore)
+
+
+def _warm_start_members(path: Path, learner) -> None:
+    """``--init-from`` for a population: every member's modules (by population-wide name)
+    must be in ``path``; a missing one is refused instead of training from scratch."""
+    payload = ckpt.load(path)
+    missing = [name for name in learner.modules() if name not in payload["modules"]]
+    if missing:
+        raise ckpt.CheckpointError(
+            f"--init-from {str(path)!r} has no module {missing[0]!r} ({len(missing)} of this "
+            "process's members' modules missing): warm start a population from a checkpoint "
+            "of a population with as many members, written by one process (a checkpoint of "
+            "several processes keeps each one's members in its own file)"
+        )
+    _warm_start(path, learner)
