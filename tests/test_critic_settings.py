@@ -120,12 +120,15 @@ def env():
     e.close()
 
 
-def build(algo: str, env, *flags: str):
+def config(algo: str, *flags: str):
     module = RECIPES[algo]
-    config = module.PPOConfig if algo == "ppo" else module.A2CConfig
-    cfg = parse_config(config, [*TINY, *flags])
+    return parse_config(module.PPOConfig if algo == "ppo" else module.A2CConfig, [*TINY, *flags])
+
+
+def build(algo: str, env, *flags: str):
+    cfg = config(algo, *flags)
     torch.manual_seed(0)
-    return module.build(cfg, env)
+    return RECIPES[algo].build(cfg, env)
 
 
 @pytest.fixture(scope="module")
@@ -207,7 +210,7 @@ def test_critic_steps_per_batch_are_value_epochs_times_its_minibatches(
     algo, flags, policy_steps, value_steps, env, batches
 ):
     learner = build(algo, env, *flags)
-    cfg = learner.cfg
+    cfg = config(algo, *flags)
     assert value_steps == cfg.critic_epochs * math.ceil(64 / cfg.critic_minibatch)
     policy, value = count_steps(learner.optimizer), count_steps(learner.value_optimizer)
     metrics = learner.update(batches[0].clone(), context())
@@ -254,7 +257,7 @@ def test_critic_group_with_the_policy_s_settings_reproduces_the_shared_update(al
     steps every parameter exactly as the shared optimiser does (the defaults' path)."""
     flags = ["--max-grad-norm", "0", "--optimizer", "adam"]
     shared = build(algo, env, *flags)
-    split = build(algo, env, *flags, "--value-lr", str(shared.cfg.lr))
+    split = build(algo, env, *flags, "--value-lr", str(config(algo, *flags).lr))
     assert type(shared) is PolicyGradientLearner and isinstance(split, CriticGroupLearner)
     a, b = trained_state(shared, batches[0]), trained_state(split, batches[0])
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
@@ -291,7 +294,7 @@ def test_empirical_returns_target_the_reward_to_go_and_keep_the_gae_advantage(al
     flat, _ = empirical.prepare(batches[0].clone(), context())
     assert torch.equal(flat[keys.ADVANTAGE], flat_plain[keys.ADVANTAGE])
     td = flat.reshape(4, 16)  # the collector's [envs, time]
-    gamma = empirical.cfg.gamma
+    gamma = config(algo, "--gae-lambda", "0.8", "--empirical-returns", "true").gamma
     for i in range(4):
         want = reward_to_go(
             td["next", "reward"][i, :, 0].tolist(),

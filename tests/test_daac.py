@@ -528,7 +528,11 @@ def test_shared_parameters_between_the_networks_are_refused(recipe, env):
             estimator=learner.estimator,
             loss=learner.loss,
             value_loss=learner.value_loss,
-            cfg=learner.cfg,
+            optimizer=learner.optimizer,
+            value_optimizer=learner.value_optimizer,
+            value_epochs=1,
+            frames_per_batch=learner.frames_per_batch,
+            epochs=1,
         )
 
 

@@ -13,6 +13,7 @@ loss the wrong tensor or runs a group the wrong number of times.
 from __future__ import annotations
 
 import copy
+import weakref
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -28,6 +29,8 @@ from rlkit.training.update import update_loop
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = 5
+#: the config each RND learner was built from (learners take no config)
+CONFIGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def load_recipe(name: str):
@@ -132,7 +135,9 @@ def rnd():
         tiny = ["--num-envs", "4", "--rollout-steps", "16", "--minibatch-size", "64"]
         cfg = recipe.parse_config(recipe.RNDConfig, [*tiny, *flags])
         torch.manual_seed(0)
-        return recipe.build(cfg, env)
+        built = recipe.build(cfg, env)
+        CONFIGS[built] = cfg
+        return built
 
     batches = collect(learner(), env, 2, 64)
     # s and s' differ (beyond one step's drift) so that reading the wrong one is visible
@@ -164,10 +169,10 @@ def test_rnd_bonus_scores_next_observations_against_a_reference(rnd):
     make, batches = rnd
     learner = make("--epochs", "1")
     target, predictor = learner.intrinsic.rnd.target, copy.deepcopy(learner.intrinsic.rnd.predictor)
-    gamma_int = learner.cfg.gamma_int
+    gamma_int = CONFIGS[learner].gamma_int
     batch = batches[0].clone()
     next_obs = batch[keys.NEXT_OBSERVATION]  # [N envs, T, 2]
-    x = reference_inputs(next_obs, learner.cfg.rnd_obs_clip)
+    x = reference_inputs(next_obs, CONFIGS[learner].rnd_obs_clip)
     with torch.no_grad():
         e = (predictor(x) - target(x)).square().sum(-1).double()  # [N, T]
     assert e.shape == (4, 16)
@@ -189,7 +194,7 @@ def test_rnd_predictor_trains_on_next_observations_against_a_reference(rnd):
     # also holds the intrinsic critic's gradient; Adam treats each parameter alone)
     make, batches = rnd
     learner = make("--epochs", "2", "--max-grad-norm", "0")
-    cfg = learner.cfg
+    cfg = CONFIGS[learner]
     target, predictor = learner.intrinsic.rnd.target, copy.deepcopy(learner.intrinsic.rnd.predictor)
     batch = batches[0].clone()
     x = reference_inputs(batch[keys.NEXT_OBSERVATION], cfg.rnd_obs_clip).reshape(64, -1)

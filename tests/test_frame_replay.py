@@ -256,7 +256,7 @@ def test_holds_exactly_what_the_learner_stores_with_the_ordinary_replay(n):
     same keys, dtypes, shapes and values (bit for bit), env by env in time order."""
     env = Scripted(LENGTHS, k=4)
     frames = FrameReplay(4 * 200, frame_stack=4, n_steps=n, gamma=GAMMA)
-    learner = SimpleNamespace(cfg=SimpleNamespace(n_steps=n, gamma=GAMMA), nstep_tail=None)
+    learner = SimpleNamespace(n_steps=n, gamma=GAMMA, nstep_tail=None)
     rows = []
     for steps in (3, 4, 2, 5):
         batch = env.batch(steps)
@@ -327,7 +327,7 @@ def test_a_million_atari_transitions_fit_in_8_gb():
     # the ordinary replay: bytes per stored row, measured
     ordinary = Replay(16)
     ordinary.extend(OffPolicyLearner.transitions(
-        SimpleNamespace(cfg=SimpleNamespace(n_steps=1)), atari_batch(16)))  # fmt: skip
+        SimpleNamespace(n_steps=1), atari_batch(16)))  # fmt: skip
     stored = ordinary.buffer.storage._storage
     per_row = sum(t.numel() * t.element_size() for t in stored.values(True, True)) / 16
     assert per_row >= 2 * 4 * 84 * 84  # observation and next observation, in full
@@ -444,7 +444,8 @@ class _Pixels(nn.Module):
 
 
 def minatar_dqn(frame_replay: str, **overrides):
-    from rlkit.algorithms.dqn import DQNConfig, DQNLearner
+    from rlkit.algorithms.dqn import DQNConfig, DQNLearner, dqn_optimizer
+    from rlkit.algorithms.offpolicy import offpolicy_settings
     from rlkit.envs import make_env
     from rlkit.modules import q_critic_discrete
     from rlkit.modules.critics import action_kind
@@ -463,7 +464,13 @@ def minatar_dqn(frame_replay: str, **overrides):
     weights = cfg.priority_weight_norm if cfg.prioritized else None
     loss = DQNLoss(q, gamma=cfg.gamma, n_steps=cfg.n_steps, priority_weights=weights)
     learner = DQNLearner(
-        cfg=cfg, loss=loss, action_spec=env.action_spec_unbatched, epsilon=dqn.epsilon_schedule(cfg)
+        loss=loss,
+        optimizer=dqn_optimizer(cfg, loss.q_network.parameters()),
+        action_spec=env.action_spec_unbatched,
+        epsilon=dqn.epsilon_schedule(cfg),
+        total_frames=cfg.total_frames,
+        priority_weights=weights,
+        **offpolicy_settings(cfg),
     )
     return cfg, env, learner
 
@@ -476,7 +483,7 @@ def test_dqn_on_minatar_trains_from_the_frame_replay_and_resumes():
     collector = VectorEnvCollector(env, learner.collect_policy(), frames_per_batch=16)
     ctx = context(cfg.total_frames)
     # what the ordinary replay would hold: the learner's transitions() on the same batches
-    stream = SimpleNamespace(cfg=cfg, nstep_tail=None)
+    stream = SimpleNamespace(n_steps=cfg.n_steps, gamma=cfg.gamma, nstep_tail=None)
     rows, dones = [], 0
     torch.manual_seed(0)
     batches = iter(collector)
@@ -538,7 +545,7 @@ def test_frame_replay_true_stores_cartpole_once_and_refuses_a_small_buffer():
     )  # fmt: skip
     env = make_env(cfg.env, num_envs=2, seed=0)
     learner = dqn.build(cfg, env)
-    stream = SimpleNamespace(cfg=cfg, nstep_tail=None)
+    stream = SimpleNamespace(n_steps=cfg.n_steps, gamma=cfg.gamma, nstep_tail=None)
     ctx, rows = context(cfg.total_frames), []
     from rlkit.data.collector import VectorEnvCollector
 

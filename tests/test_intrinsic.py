@@ -174,6 +174,11 @@ def test_make_intrinsic_sizes_from_the_env_and_refuses_pixels():
 
 
 # --------------------------------------------------------------------------- in a learner
+def _config(algo: str, argv: list[str]):
+    module = algorithms.load(algo)
+    return parse_config(config_class(module), argv, presets=module.PRESETS)
+
+
 def _learner_and_batch(algo: str, argv: list[str]):
     """A learner built by the recipe's ``build`` and one batch collected by its policy."""
     from rlkit.data.collector import make_collector
@@ -226,7 +231,7 @@ def test_the_policy_learns_from_both_streams_advantages(algo, extra, ext, intr):
     """A = ext_coef A_ext + int_coef A_int: A_ext from the recipe's own estimator on the
     extrinsic reward, A_int a non-episodic GAE of the bonus's reward and critic."""
     learner, batch, ctx, collector = _learner_and_batch(algo, [*SMALL, *extra])
-    bonus, cfg = learner.intrinsic, learner.cfg
+    bonus, cfg = learner.intrinsic, _config(algo, [*SMALL, *extra])
     reward_before = batch.get(keys.REWARD).clone()
     returns_before = batch.get(keys.EPISODE_RETURN).clone()
     seen = {}

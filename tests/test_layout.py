@@ -63,6 +63,7 @@ def test_the_engine_layer_holds_no_algorithm():
         "errors",
         "evaluation",
         "learner",
+        "optim",
         "population",
         "runlog",
         "schedules",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
+import weakref
 
 import numpy as np
 import pytest
@@ -16,9 +17,9 @@ import torch
 from tensordict import TensorDict
 
 from rlkit import keys
-from rlkit.algorithms.dqn import DQNLearner, epsilon_schedule
-from rlkit.algorithms.offpolicy import OffPolicyConfig
-from rlkit.algorithms.sac import SACLearner
+from rlkit.algorithms.dqn import DQNLearner, dqn_optimizer, epsilon_schedule
+from rlkit.algorithms.offpolicy import OffPolicyConfig, offpolicy_settings, priority_weights
+from rlkit.algorithms.sac import SACLearner, sac_optimizers
 from rlkit.envs import make_env
 from rlkit.modules.target import call_network
 from rlkit.objectives import DQNLoss, SACLoss, nstep_transitions
@@ -38,11 +39,20 @@ def sac():
     return load_recipe("sac")
 
 
+#: the config each test's learner was built from (learners take no config)
+CONFIGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def cfg_of(learner):
+    return CONFIGS[learner]
+
+
 def build(recipe, cfg, env_name: str):
     torch.manual_seed(cfg.seed)
     env = make_env(env_name, num_envs=1, seed=cfg.seed)
     learner = recipe.build(cfg, env)
     env.close()
+    CONFIGS[learner] = cfg
     return learner, env
 
 
@@ -89,7 +99,7 @@ def dqn_reference_steps(learner, samples, *, weights=None, norm_by="max", extra_
 
     Two or more steps: Adam's first step is blind to a uniform scale of the gradient, so a
     wrong normalisation or clipping shows only from the second step on."""
-    cfg = learner.cfg
+    cfg = cfg_of(learner)
     assert cfg.target_update_period > len(samples)  # the target network stays put
     online = copy.deepcopy(learner.loss.q_network.module)
     target = copy.deepcopy(learner.loss.target_network.module.module)
@@ -143,11 +153,16 @@ def dqn_learner(dqn, loss_class=DQNLoss, **overrides) -> DQNLearner:
     if loss_class is not DQNLoss:
         loss = loss_class(old.q_network, gamma=cfg.gamma, target_period=cfg.target_update_period)
         learner = DQNLearner(
-            cfg=cfg,
             loss=loss,
+            optimizer=dqn_optimizer(cfg, loss.q_network.parameters()),
             action_spec=env.action_spec_unbatched,
             epsilon=epsilon_schedule(cfg),
+            total_frames=cfg.total_frames,
+            max_grad_norm=cfg.max_grad_norm,
+            priority_weights=priority_weights(cfg),
+            **offpolicy_settings(cfg),
         )
+        CONFIGS[learner] = cfg
     return learner
 
 
@@ -167,7 +182,7 @@ def test_dqn_steps_match_a_hand_written_reference(dqn):
     assert moved(before, learner.loss.q_network.parameters())
     assert_params_equal(learner.loss.q_network.parameters(), expected, "Q network")
     assert {"loss_value", "value_mean", "target_mean", "grad_norm", "td_error"} <= set(info[0])
-    assert all(i["grad_norm"] > learner.cfg.max_grad_norm for i in info)  # clipping binds
+    assert all(i["grad_norm"] > cfg_of(learner).max_grad_norm for i in info)  # clipping binds
 
 
 def test_dqn_optimises_a_term_a_subclass_adds(dqn):
@@ -199,8 +214,15 @@ def test_dqn_loss_weights_must_match_the_replay_flags(dqn):
     assert learner.loss.priority_weights == "max"
     uniform_loss = DQNLoss(learner.loss.q_network)
     with pytest.raises(ValueError, match="priority_weights='max'"):
-        DQNLearner(cfg=cfg, loss=uniform_loss, action_spec=env.action_spec_unbatched,
-                   epsilon=epsilon_schedule(cfg))  # fmt: skip
+        DQNLearner(
+            loss=uniform_loss,
+            optimizer=dqn_optimizer(cfg, uniform_loss.q_network.parameters()),
+            action_spec=env.action_spec_unbatched,
+            epsilon=epsilon_schedule(cfg),
+            total_frames=cfg.total_frames,
+            priority_weights=priority_weights(cfg),
+            **offpolicy_settings(cfg),
+        )
 
 
 # --------------------------------------------------------------------------- prioritized
@@ -225,7 +247,7 @@ def prioritized_samples(learner, ctx, beta: float, count: int = 2):
 def test_prioritized_replay_weights_and_steps_follow_schaul(dqn, norm_by):
     learner = dqn_learner(dqn, prioritized=True, priority_weight_norm=norm_by)
     ctx = context()
-    beta, alpha, eps = 0.7, learner.cfg.priority_alpha, learner.cfg.priority_eps
+    beta, alpha, eps = 0.7, cfg_of(learner).priority_alpha, cfg_of(learner).priority_eps
     replay, priorities, samples = prioritized_samples(learner, ctx, beta)
     # Schaul et al.: P(i) = p_i^a / sum p^a, w_i = (N P(i))^-beta / max_j w_j (over the buffer)
     p = (priorities.double() + eps) ** alpha
@@ -396,7 +418,7 @@ def sac_reference_steps(learner, samples, *, seed: int, extra_coef: float = 0.0,
 
     Noise: ``torch.manual_seed(seed)``, then per step one ``randn`` draw for a' ~ pi(s')
     (critic target) and one for a ~ pi(s) (actor)."""
-    cfg, loss = learner.cfg, learner.loss
+    cfg, loss = cfg_of(learner), learner.loss
     params = copy.deepcopy(loss.actor.module[0].module)
     q1, q2 = (copy.deepcopy(q.module) for q in (loss.q1, loss.q2))
     t1, t2 = (copy.deepcopy(t.module.module) for t in (loss.q1_target, loss.q2_target))
@@ -484,10 +506,19 @@ def sac_learner(sac, loss_class=SACLoss, **overrides) -> SACLearner:
     if loss_class is not SACLoss:
         old = learner.loss
         loss = loss_class(old.actor, old.q1, old.q2, gamma=cfg.gamma, tau=cfg.tau)
+        critic_optimizer, actor_optimizer = sac_optimizers(
+            loss, lr=cfg.lr, eps=cfg.adam_eps, actor_lr=cfg.actor_lr, alpha_lr=cfg.alpha_lr
+        )
         learner = SACLearner(
-            cfg=cfg, loss=loss, action_spec=env.action_spec_unbatched,
-            actor_lr=cfg.actor_lr, alpha_lr=cfg.alpha_lr,
-        )  # fmt: skip
+            loss=loss,
+            critic_optimizer=critic_optimizer,
+            actor_optimizer=actor_optimizer,
+            action_spec=env.action_spec_unbatched,
+            max_grad_norm=cfg.max_grad_norm,
+            priority_weights=priority_weights(cfg),
+            **offpolicy_settings(cfg),
+        )
+        CONFIGS[learner] = cfg
     return learner
 
 
@@ -562,7 +593,15 @@ def test_sac_refuses_nstep_targets(sac):
     loss = SACLoss(old.actor, old.q1, old.q2, n_steps=2)
     env = make_env("Pendulum-v1", num_envs=1, seed=0)
     with pytest.raises(ValueError, match="--n-steps 2"):
-        SACLearner(cfg=OffPolicyConfig(), loss=loss, action_spec=env.action_spec_unbatched)
+        cfg = OffPolicyConfig()
+        critic_optimizer, actor_optimizer = sac_optimizers(loss, lr=cfg.lr, eps=cfg.adam_eps)
+        SACLearner(
+            loss=loss,
+            critic_optimizer=critic_optimizer,
+            actor_optimizer=actor_optimizer,
+            action_spec=env.action_spec_unbatched,
+            **offpolicy_settings(cfg),
+        )
     env.close()
 
 

@@ -33,6 +33,7 @@ NOT_OPTIMIZERS = {
     "self.q2_target",
     "self.exp_lr",
     "self.lr_scheduler",
+    "self.lr_schedule",
 }
 
 

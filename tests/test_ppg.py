@@ -133,7 +133,7 @@ def _aux_phase_effect(recipe, env, batches, *flags):
         "critic": [p.detach().clone() for p in learner.critic.parameters()],
         "aux": [p.detach().clone() for p in learner.aux_critic.module[-1].parameters()],
     }
-    result = learner.aux_phase(context(), lr=learner.cfg.lr)
+    result = learner.aux_phase(context(), lr=learner.lr_schedule.lr)
     after = learner.actor.get_dist_params(data.clone()).get(keys.LOGITS).detach()
     return learner, before, after, result
 

@@ -208,10 +208,10 @@ def test_every_optimiser_follows_the_learning_rate_schedule(recipe, env, batches
     learner.aux_phase = lambda c, *, lr: seen.append(lr) or original(c, lr=lr)
     for b in batches[:2]:  # the second batch ends the phase (n_pi 2)
         metrics = learner.update(b.clone(), ctx)
-        assert metrics["lr"] == pytest.approx(learner.cfg.lr / 2)
+        assert metrics["lr"] == pytest.approx(learner.lr_schedule.lr / 2)
         for opt in learner.optimizers().values():
             if opt is not learner.aux_optimizer:  # after the aux phase: back to the schedule
-                assert lr(opt) == pytest.approx(learner.cfg.lr / 2)
+                assert lr(opt) == pytest.approx(learner.lr_schedule.lr / 2)
     assert seen == [pytest.approx(3e-3 / 2)] and metrics["aux/lr"] == pytest.approx(3e-3 / 2)
     if learner.aux_optimizer is not None:
         assert lr(learner.aux_optimizer) == pytest.approx(3e-3 / 2)
@@ -228,7 +228,7 @@ def _after_one_aux_phase(recipe, env, batches, *flags):  # noqa: F811
     calls: list[int] = []
     original = learner.aux_loss.forward
     learner.aux_loss.forward = lambda td: calls.append(td.shape[0]) or original(td)
-    result = learner.aux_phase(context(), lr=learner.cfg.lr)
+    result = learner.aux_phase(context(), lr=learner.lr_schedule.lr)
     assert not _same(start, _params(learner.nets))  # the phase did train
     return learner, calls, result
 

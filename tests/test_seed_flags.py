@@ -77,7 +77,7 @@ def test_kl_adaptive_lr_factors_and_bounds_are_flags():
     flags = ["--kl-factor", "1.2", "--kl-lr-factor", "1.1", "--kl-lr-min", "8e-4"]
     flags += ["--kl-lr-max", "1.5e-3"]
     learner = _learner("ppo", ["--lr-schedule", "kl", "--lr", "1e-3", *flags])
-    got = [learner.kl_lr.update(kl) for kl in KLS]
+    got = [learner.lr_schedule.kl.update(kl) for kl in KLS]
     ref = _kl_reference(1e-3, 0.01, KLS, kl_factor=1.2, lr_factor=1.1, lr_min=8e-4, lr_max=1.5e-3)
     assert got == pytest.approx(ref, rel=1e-12)
     assert max(got) == pytest.approx(1.5e-3) and min(got) == pytest.approx(8e-4)
@@ -86,7 +86,7 @@ def test_kl_adaptive_lr_factors_and_bounds_are_flags():
 
 def test_kl_adaptive_lr_defaults_are_the_former_constants():
     learner = _learner("appo", ["--lr-schedule", "kl", "--lr", "3e-4"])
-    kl = learner.kl_lr
+    kl = learner.lr_schedule.kl
     assert (kl.factor_kl, kl.factor_lr, kl.lr_min, kl.lr_max) == (2.0, 1.5, 1e-6, 1e-2)
     got = [kl.update(x) for x in KLS]
     ref = _kl_reference(3e-4, 0.01, KLS, kl_factor=2.0, lr_factor=1.5, lr_min=1e-6, lr_max=1e-2)
@@ -347,11 +347,10 @@ def test_sgd_step_is_plain_gradient_descent():
     """One step of --optimizer sgd (with weight decay) against p - lr (g + wd p)."""
     import torch
 
-    from rlkit.algorithms.onpolicy import make_optimizer
+    from rlkit.training.optim import make_optimizer
 
-    cfg = _parse("ppo", ["--optimizer", "sgd", "--lr", "0.1", "--weight-decay", "0.5"])
     p = torch.nn.Parameter(torch.tensor([1.0, -2.0, 3.0]))
-    opt = make_optimizer(cfg, [p])
+    opt = make_optimizer("sgd", [p], lr=0.1, eps=None, weight_decay=0.5)
     p.grad = torch.tensor([0.5, 0.25, -1.0])
     expected = p.detach() - 0.1 * (p.grad + 0.5 * p.detach())
     opt.step()

@@ -103,7 +103,12 @@ def test_the_typed_record_survives_pickling_for_spawned_ranks():
 def _tutorial_build(cfg, env):
     """The tutorial's former pattern: PPO's networks, a learner built directly, no value
     optimiser of its own (so ``--value-lr`` reaches nothing)."""
-    from rlkit.algorithms.onpolicy import PolicyGradientLearner, build_actor_critic
+    from rlkit.algorithms.onpolicy import (
+        PolicyGradientLearner,
+        build_actor_critic,
+        policy_gradient_settings,
+        policy_optimizer,
+    )
     from rlkit.objectives import PPOLoss
     from rlkit.value import GAE
 
@@ -116,8 +121,9 @@ def _tutorial_build(cfg, env):
         critic=critic,
         estimator=estimator,
         loss=loss,
-        cfg=cfg,
+        optimizer=policy_optimizer(cfg, actor, critic, obs_norm),
         obs_norm=obs_norm,
+        **policy_gradient_settings(cfg),
     )
 
 

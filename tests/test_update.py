@@ -433,7 +433,8 @@ def test_a_schedule_that_nothing_reads_raises(name):
 
 
 def test_a_learner_refuses_an_unknown_schedule_name():
-    from rlkit.algorithms.onpolicy import OnPolicyConfig, PolicyGradientLearner
+    from rlkit.algorithms.onpolicy import PolicyGradientLearner
+    from rlkit.training.optim import make_optimizer, unique_parameters
     from rlkit.value import GAE
 
     actor, critic = _actor_critic()
@@ -444,7 +445,9 @@ def test_a_learner_refuses_an_unknown_schedule_name():
             critic=critic,
             estimator=GAE(gamma=0.99, lmbda=0.95, value_network=critic),
             loss=A2CLoss(actor, critic),
-            cfg=OnPolicyConfig(),
+            optimizer=make_optimizer("adam", unique_parameters(actor, critic), lr=1e-3, eps=1e-5),
+            frames_per_batch=64,
+            epochs=1,
             loss_schedules={"kl_cof": (0.1, 0.0)},
         )
 
@@ -491,20 +494,16 @@ def test_a2c_without_a_kl_measure_refuses_the_kl_schedule_before_training(capsys
 
 
 def test_the_kl_schedule_needs_a_loss_that_reports_approx_kl():
-    """The learner's own guard, for a loss that reports no approx_kl (A2C's loss on the
-    base on-policy config, which does not refuse kl)."""
-    import dataclasses
-
-    from rlkit.algorithms.onpolicy import OnPolicyConfig
+    """The learner's own guard, for a loss that reports no approx_kl (A2C's learner given a
+    kl schedule in research code: its config refuses --lr-schedule kl)."""
     from rlkit.data.collector import make_collector
     from rlkit.envs import make_env
+    from rlkit.training.schedules import KLAdaptiveLR, LRSchedule
 
-    recipe, a2c_cfg = _parse("a2c", [])
-    names = {f.name for f in dataclasses.fields(OnPolicyConfig)}  # A2C's own flags dropped
-    values = {n: getattr(a2c_cfg, n) for n in names}
-    cfg = OnPolicyConfig(**{**values, "lr_schedule": "kl"})
+    recipe, cfg = _parse("a2c", [])
     env = make_env(cfg.env, num_envs=cfg.num_envs, seed=0)
     learner = recipe.build(cfg, env)
+    learner.lr_schedule = LRSchedule("kl", cfg.lr, kl=KLAdaptiveLR(lr=cfg.lr, target=0.01))
     collector = make_collector(env, learner.collect_policy(), frames_per_batch=cfg.batch_size)
     with pytest.raises(LossContractError, match="approx_kl"):
         learner.update(next(iter(collector)), _ctx())
@@ -545,7 +544,13 @@ def test_a_run_restores_tensordict_after_patching_it_for_speed():
 
 def test_a_learner_names_an_undeclared_key_a_custom_loss_reads():
     """A PPOLoss subclass reading ('next', 'reward') died with AttributeError on None."""
-    from rlkit.algorithms.onpolicy import ClipConfig, PolicyGradientLearner, build_actor_critic
+    from rlkit.algorithms.onpolicy import (
+        ClipConfig,
+        PolicyGradientLearner,
+        build_actor_critic,
+        policy_gradient_settings,
+        policy_optimizer,
+    )
     from rlkit.data.collector import make_collector
     from rlkit.value import GAE
 
@@ -567,7 +572,8 @@ def test_a_learner_names_an_undeclared_key_a_custom_loss_reads():
         critic=critic,
         estimator=GAE(gamma=0.99, lmbda=0.95, value_network=critic),
         loss=_RewardPPO(actor, critic),
-        cfg=cfg,
+        optimizer=policy_optimizer(cfg, actor, critic),
+        **policy_gradient_settings(cfg),
     )
     collector = make_collector(env, actor, frames_per_batch=16)
     with pytest.raises(MissingKeyError, match=r"_RewardPPO reads \('next', 'reward'\)"):

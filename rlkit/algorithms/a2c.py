@@ -40,7 +40,7 @@ def build(cfg: A2CConfig, env, *, loss_cls=None, estimator_cls=None) -> PolicyGr
         cfg,
         critic,
         where="a2c.build",
-        empirical_returns=getattr(cfg, "empirical_returns", False),
+        empirical_returns=cfg.empirical_returns,
     )
     loss = make_part(
         loss_cls,

@@ -6,22 +6,29 @@ in the torch-free :mod:`rlkit.configs.appo` and are imported here under their ol
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from functools import partial
+from typing import Any
 
 from tensordict import TensorDictBase
 from torch import nn
 
 from rlkit.algorithms._parts import make_part
-from rlkit.algorithms.impala import attach_reward_norm, lag_metrics, normalize_rewards
+from rlkit.algorithms.impala import (
+    attach_reward_norm,
+    lag_metrics,
+    normalize_rewards,
+    worker_settings,
+)
 from rlkit.algorithms.onpolicy import (
-    PolicyGradientConfig,
     PolicyGradientLearner,
     build_actor_critic,
+    policy_gradient_settings,
+    policy_optimizer,
 )
 from rlkit.configs import appo as _config
 from rlkit.configs.appo import PRESETS, APPOConfig
-from rlkit.data.async_collect import worker_collector_factory
+from rlkit.data.async_collect import WorkerEnvs, worker_collector_factory
+from rlkit.modules import BatchRewardNorm
 from rlkit.objectives import APPOLoss
 from rlkit.training import parse_config, run
 from rlkit.training.engine import Context
@@ -33,7 +40,9 @@ class APPOLearner(PolicyGradientLearner):
     """APPO's update (see the module docstring). ``loss`` is an
     :class:`~rlkit.objectives.APPOLoss`; ``estimator`` a ``rlkit.value.VTrace`` whose
     ``target_actor`` is ``loss.target_actor.module``. ``modules()`` adds the target network
-    (parameters and step count) so checkpoints and resumes keep it."""
+    (parameters and step count) so checkpoints and resumes keep it. ``reward_norm`` and
+    ``worker_envs``: as for :class:`~rlkit.algorithms.impala.IMPALALearner`; everything else
+    as for :class:`~rlkit.algorithms.onpolicy.PolicyGradientLearner`."""
 
     supports_running_advantage_norm = True  # its update runs the shared one
     #: a population (``--population`` with ``--sync-collect true``) runs each member's own
@@ -48,9 +57,9 @@ class APPOLearner(PolicyGradientLearner):
         critic: nn.Module,
         estimator: nn.Module,
         loss: nn.Module,
-        cfg: PolicyGradientConfig,
-        obs_norm: nn.Module | None = None,
-        loss_schedules: Mapping[str, tuple[float, float]] | None = None,
+        reward_norm: BatchRewardNorm | None = None,
+        worker_envs: WorkerEnvs | None = None,
+        **kwargs: Any,
     ) -> None:
         if getattr(estimator, "target_actor", None) is not loss.target_actor.module:
             raise ValueError(
@@ -63,11 +72,10 @@ class APPOLearner(PolicyGradientLearner):
             critic=critic,
             estimator=estimator,
             loss=loss,
-            cfg=cfg,
-            obs_norm=obs_norm,
-            loss_schedules=loss_schedules,
+            **kwargs,
         )
-        self.reward_norm = attach_reward_norm(self, cfg)
+        self.reward_norm = attach_reward_norm(self, reward_norm)
+        self.worker_envs = worker_envs
 
     def modules(self) -> dict[str, nn.Module]:
         return super().modules() | {"target_actor": self.loss.target_actor}
@@ -125,7 +133,14 @@ def build(cfg: APPOConfig, env, *, loss_cls=None, estimator_cls=None) -> APPOLea
         where="appo.build",
     )
     return APPOLearner(
-        actor=actor, critic=critic, estimator=estimator, loss=loss, cfg=cfg, obs_norm=obs_norm
+        actor=actor,
+        critic=critic,
+        estimator=estimator,
+        loss=loss,
+        optimizer=policy_optimizer(cfg, actor, critic, obs_norm),
+        obs_norm=obs_norm,
+        **policy_gradient_settings(cfg),
+        **worker_settings(cfg),
     )
 
 

@@ -15,10 +15,11 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from rlkit.algorithms._parts import gae_part, make_part
+from rlkit.algorithms._settings import config_optimizer
 from rlkit.algorithms.onpolicy import (
     PolicyGradientLearner,
     attach_intrinsic_from_config,
-    make_optimizer,
+    policy_gradient_settings,
 )
 from rlkit.configs import daac as _config
 from rlkit.configs.daac import PRESETS, DAACConfig
@@ -26,12 +27,9 @@ from rlkit.modules.daac_networks import DAACNetworks, daac_networks
 from rlkit.objectives.daac import DAACLoss, DAACValueLoss
 from rlkit.training import parse_config, run, schedules
 from rlkit.training.engine import Context
+from rlkit.training.optim import unique_parameters
 from rlkit.training.update import LossGroup
 from rlkit.value import GAE
-
-
-def _unique_parameters(*modules: nn.Module) -> list[nn.Parameter]:
-    return list({id(p): p for m in modules for p in m.parameters()}.values())
 
 
 def build_daac_networks(cfg: DAACConfig, env) -> DAACNetworks:
@@ -81,8 +79,15 @@ class DAACLearner(PolicyGradientLearner):
             (``rlkit.value.GAE(..., value_network=nets.critic)``).
         loss: :class:`~rlkit.objectives.daac.DAACLoss` over the policy network.
         value_loss: :class:`~rlkit.objectives.daac.DAACValueLoss` over the value network.
-        cfg: a :class:`DAACConfig`.
-        loss_schedules: loss attributes annealed linearly, e.g. ``{"clip_epsilon": (0.2, 0)}``.
+        optimizer: over the policy network (trunk, policy head, advantage head).
+        value_optimizer: over the value network.
+        value_lr: the value network's initial rate (it follows the policy's schedule in
+            proportion); None: the policy's.
+        value_epochs: passes of the value loss in a value phase.
+        value_freq: a value phase after every ``value_freq``-th batch (counting from the
+            first).
+        everything else: as for :class:`PolicyGradientLearner` (``loss_schedules``: loss
+            attributes annealed linearly, e.g. ``{"clip_epsilon": (0.2, 0)}``).
 
     Optimisers: ``optimizer`` over the policy network (trunk, policy head, advantage head),
     ``value_optimizer`` over the value network, at ``--value-lr`` times the policy learning
@@ -101,30 +106,34 @@ class DAACLearner(PolicyGradientLearner):
         estimator: nn.Module,
         loss: nn.Module,
         value_loss: nn.Module,
-        cfg: DAACConfig,
-        loss_schedules: Mapping[str, tuple[float, float]] | None = None,
+        optimizer: torch.optim.Optimizer,
+        value_optimizer: torch.optim.Optimizer,
+        value_epochs: int,
+        value_freq: int = 1,
+        value_lr: float | None = None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            algo="daac",
-            actor=nets.actor,
-            critic=nets.critic,
-            estimator=estimator,
-            loss=loss,
-            cfg=cfg,
-            obs_norm=nets.obs_norm,
-            loss_schedules=loss_schedules,
-        )
-        self.advantage_head, self.value_loss = nets.advantage_head, value_loss
-        self.nets["advantage_head"] = nets.advantage_head
-        policy = _unique_parameters(nets.actor, nets.advantage_head)
+        policy = unique_parameters(nets.actor, nets.advantage_head)
         shared = {id(p) for p in policy} & {id(p) for p in nets.critic.parameters()}
         if shared:
             raise ValueError(
                 "DAAC's value network must not share parameters with the policy network "
                 f"({len(shared)} shared tensors): build them separately (build_daac_networks)"
             )
-        self.optimizer = make_optimizer(cfg, policy)
-        self.value_optimizer = make_optimizer(cfg, nets.critic.parameters())
+        super().__init__(
+            algo="daac",
+            actor=nets.actor,
+            critic=nets.critic,
+            estimator=estimator,
+            loss=loss,
+            optimizer=optimizer,
+            obs_norm=nets.obs_norm,
+            **kwargs,
+        )
+        self.advantage_head, self.value_loss = nets.advantage_head, value_loss
+        self.nets["advantage_head"] = nets.advantage_head
+        self.value_optimizer = value_optimizer
+        self.value_epochs, self.value_freq, self.value_lr = value_epochs, value_freq, value_lr
         self.batches_seen = 0
 
     # ---------------------------------------------------------------- Learner interface
@@ -142,30 +151,29 @@ class DAACLearner(PolicyGradientLearner):
     # ---------------------------------------------------------------- the update
     def apply_schedules(self, progress: float) -> dict[str, float]:
         out = super().apply_schedules(progress)
-        cfg = self.cfg
-        value_lr = (cfg.value_lr if cfg.value_lr is not None else cfg.lr) * (out["lr"] / cfg.lr)
+        base = self.lr_schedule.lr
+        value_lr = (self.value_lr if self.value_lr is not None else base) * (out["lr"] / base)
         schedules.set_lr(self.value_optimizer, value_lr)
         return out | {"value_lr": value_lr}
 
     def loss_groups(self) -> list[LossGroup]:
         """``[policy, value]``: trained one after the other, not in lockstep."""
         if not hasattr(self, "_groups"):
-            cfg = self.cfg
             self._groups = [
                 LossGroup(
                     "policy",
                     self.loss,
                     self.optimizer,
-                    epochs=cfg.epochs,
-                    max_grad_norm=cfg.max_grad_norm,
-                    target_kl=cfg.target_kl,
+                    epochs=self.epochs,
+                    max_grad_norm=self.max_grad_norm,
+                    target_kl=self.target_kl,
                 ),
                 LossGroup(
                     "value",
                     self.value_loss,
                     self.value_optimizer,
-                    epochs=cfg.value_epochs,
-                    max_grad_norm=cfg.max_grad_norm,
+                    epochs=self.value_epochs,
+                    max_grad_norm=self.max_grad_norm,
                     grad_name="value_grad_norm",
                 ),
             ]
@@ -182,7 +190,7 @@ class DAACLearner(PolicyGradientLearner):
         """The policy phase, then (every ``--value-freq`` batches) the value phase."""
         policy, value = self.loss_groups()
         first = [policy, *self.intrinsic_groups()]
-        return [first, [value]] if self.batches_seen % self.cfg.value_freq == 0 else [first]
+        return [first, [value]] if self.batches_seen % self.value_freq == 0 else [first]
 
     def finish(self, batch: TensorDictBase, result: Mapping[str, float], ctx: Context):
         self.batches_seen += 1
@@ -225,8 +233,12 @@ def build(cfg: DAACConfig, env, *, loss_cls=None, estimator_cls=None) -> DAACLea
         estimator=estimator,
         loss=loss,
         value_loss=value_loss,
-        cfg=cfg,
-        loss_schedules=cfg.loss_schedules,
+        optimizer=config_optimizer(cfg, unique_parameters(nets.actor, nets.advantage_head)),
+        value_optimizer=config_optimizer(cfg, nets.critic.parameters()),
+        value_epochs=cfg.value_epochs,
+        value_freq=cfg.value_freq,
+        value_lr=cfg.value_lr,
+        **policy_gradient_settings(cfg, cfg.loss_schedules),
     )
     attach_intrinsic_from_config(learner, cfg, env)
     return learner

@@ -17,11 +17,11 @@ from torch import nn
 from rlkit import keys
 from rlkit.algorithms._parts import make_part
 from rlkit.algorithms.offpolicy import (
-    OffPolicyConfig,
     OffPolicyLearner,
-    _adam,
     _check_priority_weights,
     _LastOutput,
+    offpolicy_settings,
+    priority_weights,
 )
 from rlkit.algorithms.offpolicy import offpolicy_collector as make_collector
 from rlkit.configs import dqn as _config
@@ -35,6 +35,7 @@ from rlkit.objectives import DQNLoss
 from rlkit.objectives.dqn import TD_ERROR
 from rlkit.training import parse_config, run, schedules
 from rlkit.training.engine import Context
+from rlkit.training.optim import make_optimizer
 from rlkit.training.update import LossGroup, update_loop
 
 
@@ -45,37 +46,58 @@ class DQNLearner(OffPolicyLearner):
 
     Checkpointed modules: ``"dqn"`` (the loss: Q network and target network with its step
     counter). The evaluation policy is greedy in Q.
+
+    Args:
+        loss: a :class:`~rlkit.objectives.DQNLoss` (or subclass) over the Q network.
+        optimizer: over the Q network's parameters (:func:`dqn_optimizer`).
+        action_spec: the env's unbatched action spec.
+        epsilon: the exploration schedule after the warm-up
+            (:class:`~rlkit.configs.dqn.EpsilonSchedule`: ``value(progress=, batches=)``).
+        total_frames: the frame budget (the epsilon schedule's progress).
+        max_grad_norm: gradient clipping norm (0 or None: off).
+        priority_weights: the importance weights of prioritized replay the loss must be
+            built with (``"max"`` or ``"sum"``; None: uniform replay).
+        everything else: :class:`~rlkit.algorithms.offpolicy.OffPolicyLearner`'s.
     """
 
-    def __init__(self, *, cfg: OffPolicyConfig, loss: nn.Module, action_spec, epsilon) -> None:
+    def __init__(
+        self,
+        *,
+        loss: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        action_spec,
+        epsilon,
+        total_frames: int,
+        max_grad_norm: float | None = None,
+        priority_weights: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         from torchrl.data import OneHot
 
-        _check_priority_weights(cfg, loss)
-        self.loss, self.epsilon = loss, epsilon
+        _check_priority_weights(priority_weights, loss)
+        self.loss, self.epsilon, self.total_frames = loss, epsilon, total_frames
         one_hot = isinstance(action_spec, OneHot)
         greedy = GreedyQPolicy(loss.q_network, one_hot=one_hot, dtype=action_spec.dtype)
-        self.optimizer = _optimizer(loss.q_network.parameters(), cfg)
+        self.optimizer = optimizer
         #: one group: the Q network's Adam on every ``loss_*`` term of the loss
-        self.groups = [
-            LossGroup("q", loss, self.optimizer, max_grad_norm=cfg.max_grad_norm or None)
-        ]
+        self.groups = [LossGroup("q", loss, self.optimizer, max_grad_norm=max_grad_norm or None)]
         self._output = _LastOutput(loss)
         super().__init__(
             algo="dqn",
-            cfg=cfg,
             nets={"dqn": loss},
             optimizers={"optimizer": self.optimizer},
             policy=greedy,
             eval_policy=greedy,
             action_spec=action_spec,
+            **kwargs,
         )
 
     def exploration_epsilon(self, frames: int, batches: int) -> float:
         """1 during the warm-up (with ``--warmup-with-policy``: the epsilon schedule from
         the start, as after it), then the epsilon schedule."""
-        if frames < self.cfg.learning_starts and not self.cfg.warmup_with_policy:
+        if frames < self.learning_starts and not self.warmup_with_policy:
             return 1.0
-        return self.epsilon.value(progress=frames / self.cfg.total_frames, batches=batches)
+        return self.epsilon.value(progress=frames / self.total_frames, batches=batches)
 
     def train_step(self, sample: TensorDictBase, ctx: Context) -> dict[str, Any]:
         info = update_loop(self.groups, sample, ctx)
@@ -83,15 +105,15 @@ class DQNLearner(OffPolicyLearner):
         return info | {TD_ERROR: self._output.td_error()}
 
 
-def _optimizer(params, cfg: OffPolicyConfig) -> torch.optim.Optimizer:
-    """``--optimizer``: Adam (``--adam-eps``), or the centered RMSprop of Mnih et al. (2015)
-    and MinAtar's dqn.py (squared-gradient momentum 0.95, gradient momentum 0.95, minimum
-    squared gradient 0.01, as torch's ``alpha``, ``momentum`` and ``eps``)."""
-    if getattr(cfg, "optimizer", "adam") == "rmsprop":
-        return torch.optim.RMSprop(
-            params, lr=cfg.lr, alpha=0.95, eps=0.01, momentum=0.95, centered=True
+def dqn_optimizer(cfg: DQNConfig, params) -> torch.optim.Optimizer:
+    """``--optimizer`` at ``--lr``: Adam (``--adam-eps``), or the centered RMSprop of Mnih
+    et al. (2015) and MinAtar's dqn.py (squared-gradient momentum 0.95, gradient momentum
+    0.95, minimum squared gradient 0.01, as torch's ``alpha``, ``momentum`` and ``eps``)."""
+    if cfg.optimizer == "rmsprop":
+        return make_optimizer(
+            "rmsprop", params, lr=cfg.lr, eps=0.01, alpha=0.95, momentum=0.95, centered=True
         )
-    return _adam(params, cfg)
+    return make_optimizer("adam", params, lr=cfg.lr, eps=cfg.adam_eps)
 
 
 def q_network(
@@ -154,14 +176,18 @@ def build(cfg: DQNConfig, env, *, loss_cls=None) -> DQNLearner:
         target_update=cfg.target_update,
         target_period=cfg.target_update_period,
         tau=cfg.tau,
-        priority_weights=cfg.priority_weight_norm if cfg.prioritized else None,
+        priority_weights=priority_weights(cfg),
         where="dqn.build",
     )
     return DQNLearner(
-        cfg=cfg,
         loss=loss,
+        optimizer=dqn_optimizer(cfg, loss.q_network.parameters()),
         action_spec=env.action_spec_unbatched,
         epsilon=epsilon_schedule(cfg),
+        total_frames=cfg.total_frames,
+        max_grad_norm=cfg.max_grad_norm,
+        priority_weights=priority_weights(cfg),
+        **offpolicy_settings(cfg),
     )
 
 

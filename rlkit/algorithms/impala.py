@@ -14,14 +14,19 @@ from tensordict import TensorDictBase
 
 from rlkit import keys
 from rlkit.algorithms._parts import make_part
-from rlkit.algorithms.onpolicy import PolicyGradientLearner, build_actor_critic
+from rlkit.algorithms.onpolicy import (
+    PolicyGradientLearner,
+    build_actor_critic,
+    policy_gradient_settings,
+    policy_optimizer,
+)
 from rlkit.configs import impala as _config
 from rlkit.configs.impala import (  # noqa: F401 (VTraceConfig re-exported)
     PRESETS,
     IMPALAConfig,
     VTraceConfig,
 )
-from rlkit.data.async_collect import POLICY_LAG, worker_collector_factory
+from rlkit.data.async_collect import POLICY_LAG, WorkerEnvs, worker_collector_factory
 from rlkit.modules import BatchRewardNorm
 from rlkit.objectives import IMPALALoss
 from rlkit.training import parse_config, run
@@ -30,15 +35,28 @@ from rlkit.training.update import update_loop
 
 
 # 0. the learner (lag_metrics, batch reward normalisation: shared with APPO) -------------------
-def attach_reward_norm(learner: PolicyGradientLearner, cfg) -> BatchRewardNorm | None:
+def attach_reward_norm(
+    learner: PolicyGradientLearner, norm: BatchRewardNorm | None
+) -> BatchRewardNorm | None:
     """``--normalize-reward`` for the worker recipes: the learner scales each batch's rewards
-    (:class:`~rlkit.modules.BatchRewardNorm`, one set of statistics for all workers, in the
-    checkpoint as ``reward_norm``), since the envs live in the worker processes."""
-    if not cfg.normalize_reward:
-        return None
-    norm = BatchRewardNorm(cfg.num_envs, gamma=cfg.gamma)
-    learner.nets["reward_norm"] = norm
+    with ``norm`` (:class:`~rlkit.modules.BatchRewardNorm`, one set of statistics for all
+    workers, in the checkpoint as ``reward_norm``), since the envs live in the worker
+    processes; None: rewards as collected."""
+    if norm is not None:
+        learner.nets["reward_norm"] = norm
     return norm
+
+
+def worker_settings(cfg) -> dict:
+    """IMPALA's and APPO's learner arguments for worker collection from a config:
+    ``reward_norm`` (``--normalize-reward``: a :class:`~rlkit.modules.BatchRewardNorm` over
+    ``--num-envs`` at ``--gamma``, else None) and ``worker_envs`` (the env the workers
+    build, ``--env-kwargs`` and ``--max-episode-steps`` with it)."""
+    norm = BatchRewardNorm(cfg.num_envs, gamma=cfg.gamma) if cfg.normalize_reward else None
+    envs = WorkerEnvs(
+        env_id=cfg.env, num_envs=cfg.num_envs, seed=cfg.seed, env_kwargs=cfg.gym_options()
+    )
+    return {"reward_norm": norm, "worker_envs": envs}
 
 
 def normalize_rewards(norm: BatchRewardNorm | None, batch: TensorDictBase) -> None:
@@ -59,34 +77,39 @@ def lag_metrics(batch: TensorDictBase) -> dict[str, float]:
 class IMPALALearner(PolicyGradientLearner):
     """IMPALA's update: the V-trace loss on env-row minibatches of the ``[N, T]`` batch.
 
-    ``cfg.minibatch_size`` counts frames; a minibatch holds
-    ``max(1, minibatch_size // T)`` whole trajectories. Arguments as
+    ``minibatch_size`` counts frames; a minibatch holds ``max(1, minibatch_size // T)``
+    whole trajectories (None: the whole batch). Arguments as
     :class:`~rlkit.algorithms.onpolicy.PolicyGradientLearner` (no estimator: the loss
-    computes V-trace itself).
+    computes V-trace itself), and ``reward_norm`` (:func:`attach_reward_norm`) and
+    ``worker_envs`` (the envs of :func:`~rlkit.data.async_collect.worker_collector_factory`).
     """
 
     #: a population (``--population`` with ``--sync-collect true``) runs each member's own
     #: update in turn (rlkit.training.population): the V-trace loss scans whole trajectories
     population_sequential = True
 
-    def __init__(self, *, algo: str = "impala", actor, critic, loss, cfg, obs_norm=None):
+    def __init__(
+        self,
+        *,
+        algo: str = "impala",
+        actor,
+        critic,
+        loss,
+        reward_norm: BatchRewardNorm | None = None,
+        worker_envs: WorkerEnvs | None = None,
+        **kwargs,
+    ):
         # --lr-schedule kl reads the loss's approx_kl: KL(behaviour || learner) at the stored
         # actions, the update's drift plus the policy lag of asynchronous collection
-        super().__init__(
-            algo=algo,
-            actor=actor,
-            critic=critic,
-            estimator=None,
-            loss=loss,
-            cfg=cfg,
-            obs_norm=obs_norm,
-        )
-        self.reward_norm = attach_reward_norm(self, cfg)
+        super().__init__(algo=algo, actor=actor, critic=critic, estimator=None, loss=loss, **kwargs)
+        self.reward_norm = attach_reward_norm(self, reward_norm)
+        self.worker_envs = worker_envs
 
     def _minibatches(self, data: TensorDictBase, generator: torch.Generator):
         """Minibatches of whole env rows of the ``[N, T]`` batch (V-trace runs along T)."""
         n, steps = data.batch_size
-        rows = max(1, min(n, self.cfg.minibatch // steps))
+        size = self.frames_per_batch if self.minibatch_size is None else self.minibatch_size
+        rows = max(1, min(n, size // steps))
         if rows >= n:
             return (data,)
         order = torch.randperm(n, generator=generator)
@@ -127,7 +150,15 @@ def build(cfg: IMPALAConfig, env, *, loss_cls=None) -> IMPALALearner:
         normalize_advantage=cfg.normalize_advantage,
         where="impala.build",
     )
-    return IMPALALearner(actor=actor, critic=critic, loss=loss, cfg=cfg, obs_norm=obs_norm)
+    return IMPALALearner(
+        actor=actor,
+        critic=critic,
+        loss=loss,
+        optimizer=policy_optimizer(cfg, actor, critic, obs_norm),
+        obs_norm=obs_norm,
+        **policy_gradient_settings(cfg),
+        **worker_settings(cfg),
+    )
 
 
 # 5-6. collector, fit ------------------------------------------------------------------------

@@ -53,6 +53,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from rlkit import keys
+from rlkit.algorithms._settings import config_lr_schedule
 
 # the config is torch-free (rlkit.configs.offpolicy); imported here under its old name
 from rlkit.configs.offpolicy import PRIORITY_WEIGHT_NORMS, OffPolicyConfig  # noqa: F401
@@ -63,6 +64,7 @@ from rlkit.modules.policies import EpsilonExploration
 from rlkit.objectives.dqn import TD_ERROR, nstep_transitions
 from rlkit.training import schedules
 from rlkit.training.engine import Context, Learner
+from rlkit.training.schedules import LRSchedule
 from rlkit.training.update import LossContractError, MeanMetrics
 
 
@@ -75,27 +77,72 @@ class OffPolicyLearner(Learner):
 
     Args:
         algo: algorithm name (checkpoints, summaries).
-        cfg: an :class:`OffPolicyConfig`.
         nets: modules to checkpoint (online and target networks).
         optimizers: optimisers to checkpoint.
         policy: the collection policy (epsilon-greedy / stochastic actor) before exploration.
         eval_policy: the deterministic policy evaluated by the engine.
         action_spec: the env's unbatched action spec (``env.action_spec_unbatched``), for
             uniform random actions.
+        num_envs, steps_per_batch: the rank's envs and the steps of each per batch.
+        batch_size: transitions per gradient step.
+        buffer_size: the replay buffer's capacity on this rank.
+        learning_starts: frames (all ranks') of the warm-up before the first update.
+        warmup_with_policy: the warm-up acts with the policy's own exploration, not uniformly.
+        utd_ratio: gradient steps per collected frame.
+        gamma: the discount of stored n-step transitions.
+        n_steps: n of the stored n-step transitions (1: one-step).
+        prioritized: prioritized replay, with ``priority_alpha``, ``priority_beta`` (annealed
+            to 1 over the budget) and ``priority_eps``.
+        frame_replay: ``auto``, ``true`` or ``false``: store each frame once
+            (:class:`~rlkit.data.frames.FrameReplay`) for ``uint8`` images, always, never.
+        suite: the env's suite (:func:`rlkit.envs.suites.suite_of`): the ALE stacks 4 frames.
+        standardize_reward, reward_scale: the sampled rewards' transform (:meth:`prepare`).
+        save_buffer: checkpoints hold the buffer.
+        lr_schedule: the learning rate (:class:`~rlkit.training.schedules.LRSchedule`, a
+            function of the frame counter): every parameter group follows it in proportion
+            to its initial rate; None: constant.
     """
 
     def __init__(
         self,
         *,
         algo: str,
-        cfg: OffPolicyConfig,
         nets: Mapping[str, nn.Module],
         optimizers: Mapping[str, torch.optim.Optimizer],
         policy: nn.Module,
         eval_policy: nn.Module,
         action_spec,
+        num_envs: int,
+        steps_per_batch: int,
+        batch_size: int,
+        buffer_size: int,
+        learning_starts: int,
+        utd_ratio: float,
+        gamma: float,
+        priority_alpha: float,
+        priority_beta: float,
+        priority_eps: float,
+        warmup_with_policy: bool = False,
+        n_steps: int = 1,
+        prioritized: bool = False,
+        frame_replay: str = "auto",
+        suite: str | None = None,
+        standardize_reward: bool = False,
+        reward_scale: float = 1.0,
+        save_buffer: bool = True,
+        lr_schedule: LRSchedule | None = None,
     ) -> None:
-        self.algo, self.cfg = algo, cfg
+        self.algo = algo
+        self.num_envs, self.steps_per_batch = num_envs, steps_per_batch
+        self.batch_size, self.buffer_size = batch_size, buffer_size
+        self.learning_starts, self.warmup_with_policy = learning_starts, warmup_with_policy
+        self.utd_ratio, self.gamma, self.n_steps = utd_ratio, gamma, n_steps
+        self.prioritized = prioritized
+        self.priority_alpha, self.priority_beta = priority_alpha, priority_beta
+        self.priority_eps = priority_eps
+        self.frame_replay, self.suite = frame_replay, suite
+        self.standardize_reward, self.reward_scale = standardize_reward, reward_scale
+        self.save_buffer = save_buffer
         self.nets = nn.ModuleDict(dict(nets))
         self._optimizers = dict(optimizers)
         # each parameter group's rate at --lr (SAC: actor and temperature groups have their
@@ -103,6 +150,10 @@ class OffPolicyLearner(Learner):
         self._base_lrs = {
             name: [group["lr"] for group in opt.param_groups] for name, opt in optimizers.items()
         }
+        if lr_schedule is None:
+            first = next(iter(self._optimizers.values()))
+            lr_schedule = LRSchedule("constant", float(first.param_groups[0]["lr"]))
+        self.lr_schedule = lr_schedule
         self.explore = EpsilonExploration(
             policy, action_spec, epsilon=self.exploration_epsilon(0, 0)
         )
@@ -125,7 +176,7 @@ class OffPolicyLearner(Learner):
 
     @property
     def frames_per_batch(self) -> int:
-        return self.cfg.frames_per_batch
+        return self.num_envs * self.steps_per_batch
 
     def collect_policy(self) -> nn.Module:
         return self.explore
@@ -140,12 +191,12 @@ class OffPolicyLearner(Learner):
             "credit": self.credit,
             "gradient_steps": self.gradient_steps,
         }
-        if self.cfg.save_buffer and self.replay is not None:
+        if self.save_buffer and self.replay is not None:
             state["buffer"] = self.replay.state_dict()
-        elif self.cfg.save_buffer and self._pending_buffer is not None:
+        elif self.save_buffer and self._pending_buffer is not None:
             # resumed and saved again before the first update built the buffer: keep it
             state["buffer"] = self._pending_buffer
-        if self.cfg.save_buffer and self.nstep_tail is not None:
+        if self.save_buffer and self.nstep_tail is not None:
             tail = self.nstep_tail
             state["nstep_tail"] = {"shape": list(tail.shape), "rows": tail.to_dict()}
         return state
@@ -160,22 +211,12 @@ class OffPolicyLearner(Learner):
         self.nstep_tail = None if tail is None else TensorDict(tail["rows"], tail["shape"])
         self.explore.epsilon = self.exploration_epsilon(self.frames, self.batches)
 
-    def settings_read_later(self) -> set[str]:
-        """What the update reads once the warm-up is over (the update-to-data ratio, the
-        reward transform, the learning-rate schedule), and
-        ``--save-buffer``, read at a checkpoint."""
-        cfg = self.cfg
-        later = {"utd_ratio", "standardize_reward", "reward_scale", "lr_schedule", "save_buffer"}
-        if cfg.lr_schedule != "constant":
-            later |= {"lr_final", "lr_decay_frames"}
-        return later
-
     # ---------------------------------------------------------------- to override
     def exploration_epsilon(self, frames: int, batches: int) -> float:
         """Probability of a uniform random action after ``frames`` frames / ``batches``:
         1 during the warm-up (0, the policy's own exploration, with ``--warmup-with-policy``),
         then 0."""
-        warmup = frames < self.cfg.learning_starts and not self.cfg.warmup_with_policy
+        warmup = frames < self.learning_starts and not self.warmup_with_policy
         return 1.0 if warmup else 0.0
 
     def train_step(self, sample: TensorDictBase, ctx: Context) -> dict[str, Any]:
@@ -187,22 +228,21 @@ class OffPolicyLearner(Learner):
         ``--frame-replay true``, or ``auto`` when ``batch`` holds ``uint8`` images and replay
         is uniform; else a :class:`Replay`. A pending checkpoint's buffer is loaded into it."""
         if self.replay is None:
-            cfg = self.cfg
             if self._use_frame_replay(batch):
                 self.replay = FrameReplay(
-                    cfg.buffer_size,
+                    self.buffer_size,
                     frame_stack=self._frame_stack(),
-                    n_steps=cfg.n_steps,
-                    gamma=cfg.gamma,
+                    n_steps=self.n_steps,
+                    gamma=self.gamma,
                     device=ctx.device,
                 )
             else:
                 self.replay = Replay(
-                    cfg.buffer_size,
-                    prioritized=cfg.prioritized,
-                    alpha=cfg.priority_alpha,
-                    beta=cfg.priority_beta,
-                    eps=cfg.priority_eps,
+                    self.buffer_size,
+                    prioritized=self.prioritized,
+                    alpha=self.priority_alpha,
+                    beta=self.priority_beta,
+                    eps=self.priority_eps,
                     device=ctx.device,
                 )
             if self._pending_buffer is not None:
@@ -213,31 +253,31 @@ class OffPolicyLearner(Learner):
     def _frame_stack(self) -> int:
         """Frames stacked along dim 0 of an observation: the ALE suite's 4, else 1 (a whole
         observation is one frame: exact for any env)."""
-        from rlkit.envs.suites import ATARI_FRAME_STACK, suite_of
+        from rlkit.envs.suites import ATARI_FRAME_STACK
 
-        return ATARI_FRAME_STACK if suite_of(self.cfg.env) == "ALE" else 1
+        return ATARI_FRAME_STACK if self.suite == "ALE" else 1
 
     def _check_frame_replay(self) -> None:
         """Refuse, before the run starts, a --buffer-size too small for a frame replay that
         --frame-replay true (or auto on a pixel suite) will build."""
-        from rlkit.envs.suites import suite_of
-
-        cfg = self.cfg
-        pixels = suite_of(cfg.env) is not None and not cfg.prioritized
-        if cfg.frame_replay == "false" or (cfg.frame_replay == "auto" and not pixels):
+        pixels = self.suite is not None and not self.prioritized
+        if self.frame_replay == "false" or (self.frame_replay == "auto" and not pixels):
             return
         least = FrameReplay.least_capacity(
-            cfg.num_envs, cfg.steps_per_batch, frame_stack=self._frame_stack(), n_steps=cfg.n_steps
+            self.num_envs,
+            self.steps_per_batch,
+            frame_stack=self._frame_stack(),
+            n_steps=self.n_steps,
         )
-        if cfg.buffer_size < least:
+        if self.buffer_size < least:
             raise ValueError(
-                f"--buffer-size {cfg.buffer_size} is too small for the frame replay's batches "
-                f"of {cfg.num_envs} envs x {cfg.steps_per_batch} steps: raise it to at least "
+                f"--buffer-size {self.buffer_size} is too small for the frame replay's batches "
+                f"of {self.num_envs} envs x {self.steps_per_batch} steps: raise it to at least "
                 f"{least}, or pass --frame-replay false"
             )
 
     def _use_frame_replay(self, batch: TensorDictBase | None) -> bool:
-        mode = self.cfg.frame_replay
+        mode = self.frame_replay
         pending = self._pending_buffer
         if pending is not None and mode == "auto":  # resume into the checkpoint's kind
             return pending.get("format") == FRAME_REPLAY_FORMAT
@@ -245,7 +285,7 @@ class OffPolicyLearner(Learner):
             return mode == "true"
         obs = batch.get(keys.OBSERVATION)
         image = obs.dtype == torch.uint8 and obs.dim() - batch.batch_dims >= 2
-        return image and not self.cfg.prioritized
+        return image and not self.prioritized
 
     def transitions(self, batch: TensorDictBase) -> TensorDictBase:
         """``[N, T]`` collector batch -> stored transitions: ``[N * T]`` one-step ones, or,
@@ -256,7 +296,7 @@ class OffPolicyLearner(Learner):
         transition is emitted once its ``n`` steps are collected (``N * T`` per batch in the
         steady state, ``N * (T - n + 1)`` in the first).
         """
-        n = self.cfg.n_steps
+        n = self.n_steps
         if n == 1:
             return batch.select(*STORED).reshape(-1)
         steps = batch.select(*NSTEP_READ)
@@ -265,7 +305,7 @@ class OffPolicyLearner(Learner):
             steps = torch.cat([_cut_broken_streams(tail.to(steps.device), steps), steps], dim=1)
         ready = max(0, steps.shape[1] - n + 1)
         self.nstep_tail = steps[:, ready:].clone()
-        out = nstep_transitions(steps, n=n, gamma=self.cfg.gamma)
+        out = nstep_transitions(steps, n=n, gamma=self.gamma)
         return out.reshape(steps.shape)[:, :ready].reshape(steps.shape[0] * ready)
 
     def prepare(self, sample: TensorDictBase) -> TensorDictBase:
@@ -273,38 +313,28 @@ class OffPolicyLearner(Learner):
         untouched): ``r <- reward_scale * (r - mean) / (std + 1e-8)`` with
         ``--standardize-reward`` (pyrado's SAC order: the scale survives the
         standardisation), ``r <- reward_scale * r`` without."""
-        cfg = self.cfg
-        if not cfg.standardize_reward and cfg.reward_scale == 1.0:
+        if not self.standardize_reward and self.reward_scale == 1.0:
             return sample
         reward = sample.get(keys.REWARD)
-        if cfg.standardize_reward:
+        if self.standardize_reward:
             reward = (reward - reward.mean()) / (reward.std() + 1e-8)
-        if cfg.reward_scale != 1.0:
-            reward = reward * cfg.reward_scale
+        if self.reward_scale != 1.0:
+            reward = reward * self.reward_scale
         sample.set(keys.REWARD, reward)
         return sample
 
-    def scheduled_lr(self, progress: float) -> float:
-        """``--lr`` at ``progress`` (frames / budget) under ``--lr-schedule``."""
-        cfg = self.cfg
-        if cfg.lr_schedule == "linear":
-            p = schedules.span_progress(progress, cfg.total_frames, cfg.lr_decay_frames)
-            return schedules.linear(cfg.lr, cfg.lr_final, p)
-        return cfg.lr
-
     def apply_lr_schedule(self, progress: float) -> float:
         """Set every optimiser's rates for ``progress``: each parameter group at its own
-        rate times ``lr(t) / lr``. A pure function of the frame counter, so a resumed run
-        continues the schedule exactly."""
-        lr = self.scheduled_lr(progress)
-        ratio = lr / self.cfg.lr
+        rate times ``lr(t) / lr`` (:attr:`lr_schedule`). A pure function of the frame
+        counter, so a resumed run continues the schedule exactly."""
+        lr = self.lr_schedule.lr_at(progress)
+        ratio = lr / self.lr_schedule.lr
         for name, opt in self._optimizers.items():
             for group, base in zip(opt.param_groups, self._base_lrs[name], strict=True):
                 group["lr"] = base * ratio
         return lr
 
     def update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
-        cfg = self.cfg
         replay = self._replay(ctx, batch)
         if isinstance(replay, FrameReplay):  # raw steps: it builds n-step windows itself
             replay.extend(batch)
@@ -315,29 +345,29 @@ class OffPolicyLearner(Learner):
         self.frames += batch.numel() * ctx.world_size
         self.batches += 1
         stats = MeanMetrics()
-        start = math.ceil(cfg.learning_starts / ctx.world_size)
+        start = math.ceil(self.learning_starts / ctx.world_size)
         if isinstance(replay, FrameReplay) and replay.full:  # final slots take room too
             start = 0
-        if len(replay) >= max(start, cfg.batch_size):
-            self.credit += cfg.utd_ratio * batch.numel()
+        if len(replay) >= max(start, self.batch_size):
+            self.credit += self.utd_ratio * batch.numel()
             steps = int(self.credit)
             self.credit -= steps
-            if cfg.prioritized:
-                replay.sampler.beta = schedules.linear(cfg.priority_beta, 1.0, ctx.progress)
-            if cfg.lr_schedule != "constant" and steps:
+            if self.prioritized:
+                replay.sampler.beta = schedules.linear(self.priority_beta, 1.0, ctx.progress)
+            if self.lr_schedule.kind != "constant" and steps:
                 # the frame counter, and so the rate, is the same for every step of a batch
                 stats.add({"lr": self.apply_lr_schedule(ctx.progress)})
-            for sample in replay.minibatches(steps, cfg.batch_size):
+            for sample in replay.minibatches(steps, self.batch_size):
                 info = self.train_step(self.prepare(sample), ctx)
                 td_error = info.pop(TD_ERROR, None)
-                if cfg.prioritized:
+                if self.prioritized:
                     if td_error is None:
                         raise LossContractError(
                             f"--prioritized sets new priorities from the loss's {TD_ERROR!r} "
                             f"[batch], which {type(getattr(self, 'loss', self)).__name__} does "
                             "not return"
                         )
-                    replay.update_priority(sample.get("index"), td_error + cfg.priority_eps)
+                    replay.update_priority(sample.get("index"), td_error + self.priority_eps)
                 stats.add(info)
                 self.gradient_steps += 1
         self.explore.epsilon = self.exploration_epsilon(self.frames, self.batches)
@@ -360,10 +390,39 @@ def offpolicy_collector(env, learner: Learner, device, *, seed: int | None = Non
     )
 
 
-def _adam(groups, cfg: OffPolicyConfig) -> torch.optim.Optimizer:
-    # fused: one kernel for the whole update; measured 0.15 ms per step for a [256, 256] MLP
-    # here against 0.38 ms with foreach=True and 0.40 ms with the per-parameter loop
-    return torch.optim.Adam(groups, lr=cfg.lr, eps=cfg.adam_eps, fused=True)
+def offpolicy_settings(cfg: OffPolicyConfig) -> dict[str, Any]:
+    """:class:`OffPolicyLearner`'s keyword arguments from a config, but the networks,
+    optimisers and policies: the replay, warm-up, update-to-data ratio, reward transform,
+    ``--save-buffer`` and the ``--lr-schedule``."""
+    from rlkit.envs.suites import suite_of
+
+    return dict(
+        num_envs=cfg.num_envs,
+        steps_per_batch=cfg.steps_per_batch,
+        batch_size=cfg.batch_size,
+        buffer_size=cfg.buffer_size,
+        learning_starts=cfg.learning_starts,
+        warmup_with_policy=cfg.warmup_with_policy,
+        utd_ratio=cfg.utd_ratio,
+        gamma=cfg.gamma,
+        n_steps=cfg.n_steps,
+        prioritized=cfg.prioritized,
+        priority_alpha=cfg.priority_alpha,
+        priority_beta=cfg.priority_beta,
+        priority_eps=cfg.priority_eps,
+        frame_replay=cfg.frame_replay,
+        suite=suite_of(cfg.env),
+        standardize_reward=cfg.standardize_reward,
+        reward_scale=cfg.reward_scale,
+        save_buffer=cfg.save_buffer,
+        lr_schedule=config_lr_schedule(cfg),
+    )
+
+
+def priority_weights(cfg: OffPolicyConfig) -> str | None:
+    """How the loss weights by prioritized replay's importance weights: ``--priority-weight-norm``
+    with ``--prioritized true``, else None (uniform replay, no weights)."""
+    return cfg.priority_weight_norm if cfg.prioritized else None
 
 
 class _LastOutput:
@@ -381,14 +440,14 @@ class _LastOutput:
         return None if self.value is None else self.value.get(TD_ERROR, None)
 
 
-def _check_priority_weights(cfg: OffPolicyConfig, loss: nn.Module) -> None:
-    """The loss weights by prioritized replay's importance weights exactly as the flags say."""
-    wanted = cfg.priority_weight_norm if cfg.prioritized else None
+def _check_priority_weights(wanted: str | None, loss: nn.Module) -> None:
+    """The loss weights by prioritized replay's importance weights as the learner's replay
+    needs: ``wanted`` (``"max"`` or ``"sum"``; None: uniform replay, no weights)."""
     built = getattr(loss, "priority_weights", None)
     if built != wanted:
+        replay = "uniform replay" if wanted is None else f"prioritized replay ({wanted!r})"
         raise ValueError(
-            f"--prioritized {cfg.prioritized} --priority-weight-norm {cfg.priority_weight_norm} "
-            f"needs a loss built with priority_weights={wanted!r}, but "
+            f"{replay} needs a loss built with priority_weights={wanted!r}, but "
             f"{type(loss).__name__} has priority_weights={built!r}: build the loss with "
             f"priority_weights={wanted!r}"
         )

@@ -4,6 +4,12 @@ PPO, A2C and their relatives share this update; they differ in the loss module a
 defaults. The algorithm's maths lives in the loss and the estimator; this file only orders
 the steps, applies schedules and averages diagnostics.
 
+The learner takes explicit arguments (the optimiser, the
+:class:`~rlkit.training.schedules.LRSchedule`, epochs, minibatch size, ...), never a config:
+the recipes' ``build`` functions read the config, through the helpers at the end of this file
+(:func:`policy_gradient_settings`, :func:`policy_optimizer`,
+:func:`attach_intrinsic_from_config`).
+
 The configs (:class:`PolicyGradientConfig`, :class:`OnPolicyConfig`, :class:`ClipConfig`)
 and :data:`OPTIMIZERS` live in the torch-free :mod:`rlkit.configs.onpolicy` and are imported
 here under their old names.
@@ -12,7 +18,6 @@ here under their old names.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -20,6 +25,7 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from rlkit import keys
+from rlkit.algorithms._settings import config_lr_schedule, config_optimizer
 from rlkit.configs.onpolicy import (  # noqa: F401 (re-exported)
     OPTIMIZERS,
     ClipConfig,
@@ -32,33 +38,11 @@ from rlkit.objectives.functional import explained_variance
 from rlkit.objectives.intrinsic import IntrinsicReward, make_intrinsic
 from rlkit.training import schedules
 from rlkit.training.engine import Context, Learner
+from rlkit.training.optim import make_like, unique_parameters
+from rlkit.training.schedules import LRSchedule
 from rlkit.training.update import LossContractError, LossGroup, update_loop
 from rlkit.value.functional import continuing_next_value, non_episodic_gae
 from rlkit.value.standardizer import RunningStandardizer
-
-
-def make_optimizer(cfg: PolicyGradientConfig, params) -> torch.optim.Optimizer:
-    """``--optimizer`` over ``params`` at ``--lr``: Adam / AdamW / RMSprop (alpha 0.99) with
-    ``--adam-eps``, or plain SGD; ``--weight-decay`` when set."""
-    params = list(params)
-    kw: dict[str, Any] = {}
-    decay = getattr(cfg, "weight_decay", None)
-    if decay is not None:
-        kw["weight_decay"] = decay
-    # Adam: fused (one kernel for every parameter, CPU and CUDA), measured 140 us per step
-    # here against 374 us for foreach and 491 us for torch's CPU default (a Python loop over
-    # parameters); RMSprop has no fused kernel, so foreach.
-    if cfg.optimizer == "rmsprop":
-        return torch.optim.RMSprop(
-            params, lr=cfg.lr, eps=cfg.adam_eps, alpha=0.99, foreach=True, **kw
-        )
-    if cfg.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=cfg.lr, foreach=True, **kw)
-    if cfg.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=cfg.lr, eps=cfg.adam_eps, fused=True, **kw)
-    if cfg.optimizer != "adam":
-        raise ValueError(f"--optimizer must be one of {OPTIMIZERS}, got {cfg.optimizer!r}")
-    return torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps, fused=True, **kw)
 
 
 class PolicyGradientLearner(Learner):
@@ -70,13 +54,23 @@ class PolicyGradientLearner(Learner):
         critic: the V network writing ``state_value``.
         estimator: writes ``advantage`` and ``value_target`` (e.g. ``rlkit.value.GAE``).
         loss: returns ``loss_*`` terms.
-        cfg: a :class:`PolicyGradientConfig` (or a subclass).
-        loss_schedules: loss attributes annealed linearly over the frame budget,
-            ``{"clip_epsilon": (0.2, 0.0)}``; ``entropy_coef`` is added from the config when
-            ``--entropy-coef-final`` is set.
+        optimizer: over the parameters of actor and critic (each once), e.g.
+            :func:`rlkit.training.optim.make_optimizer`.
+        frames_per_batch: frames of one collected batch on this rank (``N T``).
+        epochs: passes over each batch.
+        minibatch_size: samples per gradient step; None: the whole batch.
+        max_grad_norm: gradient clipping norm (0 or None: off).
+        target_kl: stop a batch's epochs at the first minibatch whose ``approx_kl`` exceeds
+            1.5 x this (:class:`~rlkit.training.update.LossGroup`); None: every epoch runs.
+        lr_schedule: the learning rate (:class:`~rlkit.training.schedules.LRSchedule`);
+            None: constant at the optimiser's rate.
         obs_norm: running observation statistics inside the networks, updated after each
             batch's gradient steps (so a batch is scored with the statistics it was
             collected with), merged across ranks.
+        loss_schedules: loss attributes annealed linearly over the frame budget,
+            ``{"clip_epsilon": (0.2, 0.0), "entropy_coef": (0.01, 0.0)}``.
+        running_advantage_norm: standardise each batch's advantages with running
+            statistics (:class:`~rlkit.value.standardizer.RunningStandardizer`, checkpointed).
     """
 
     def __init__(
@@ -85,51 +79,44 @@ class PolicyGradientLearner(Learner):
         algo: str,
         actor: nn.Module,
         critic: nn.Module,
-        estimator: nn.Module,
+        estimator: nn.Module | None,
         loss: nn.Module,
-        cfg: PolicyGradientConfig,
+        optimizer: torch.optim.Optimizer,
+        frames_per_batch: int,
+        epochs: int,
+        minibatch_size: int | None = None,
+        max_grad_norm: float | None = None,
+        target_kl: float | None = None,
+        lr_schedule: LRSchedule | None = None,
         obs_norm: nn.Module | None = None,
         loss_schedules: Mapping[str, tuple[float, float]] | None = None,
+        running_advantage_norm: bool = False,
     ) -> None:
         self.algo = algo
         self.loss_schedules = dict(loss_schedules or {})
-        if cfg.entropy_coef_final is not None:
-            self.loss_schedules["entropy_coef"] = (cfg.entropy_coef, cfg.entropy_coef_final)
         check_schedules(loss, self.loss_schedules)
         self.actor, self.critic, self.estimator, self.loss = actor, critic, estimator, loss
-        self.cfg, self.obs_norm = cfg, obs_norm
+        self.obs_norm = obs_norm
         self.nets = nn.ModuleDict({"actor": actor, "critic": critic})
         if obs_norm is not None:
             self.nets["obs_norm"] = obs_norm
-        self.adv_norm = self._running_advantage_norm(cfg)
-        params = {id(p): p for p in self.nets.parameters()}.values()  # shared trunks once
-        self.optimizer = make_optimizer(cfg, params)
-        self.kl_lr = (
-            schedules.KLAdaptiveLR(
-                lr=cfg.lr,
-                target=cfg.kl_target,
-                lr_min=cfg.kl_lr_min,
-                lr_max=cfg.kl_lr_ceiling,
-                factor_kl=cfg.kl_factor,
-                factor_lr=cfg.kl_lr_factor,
-            )
-            if cfg.lr_schedule == "kl"
-            else None
-        )
-        self.exp_lr = (
-            schedules.ExponentialLR(cfg.lr, cfg.lr_gamma)
-            if cfg.lr_schedule == "exponential"
-            else None
-        )
+        self.adv_norm = self._running_advantage_norm(running_advantage_norm)
+        self.optimizer = optimizer
+        if lr_schedule is None:
+            lr_schedule = LRSchedule("constant", float(optimizer.param_groups[0]["lr"]))
+        self.lr_schedule = lr_schedule
+        self._frames_per_batch = frames_per_batch
+        self.epochs, self.minibatch_size = epochs, minibatch_size
+        self.max_grad_norm, self.target_kl = max_grad_norm, target_kl
 
     #: whether :meth:`update` standardises with ``--running-advantage-norm``; ``None``: when
     #: the learner keeps the shared :meth:`update` (a subclass whose update calls it sets True)
     supports_running_advantage_norm: bool | None = None
 
-    def _running_advantage_norm(self, cfg) -> RunningStandardizer | None:
+    def _running_advantage_norm(self, wanted: bool) -> RunningStandardizer | None:
         """The running advantage standardiser of ``--running-advantage-norm`` (a module, so
         checkpoints keep its statistics), or None."""
-        if not getattr(cfg, "running_advantage_norm", False):
+        if not wanted:
             return None
         supported = self.supports_running_advantage_norm
         if supported is None:
@@ -155,6 +142,8 @@ class PolicyGradientLearner(Learner):
         int_coef: float,
         ext_coef: float = 1.0,
         lr: float | None = None,
+        optimizer: torch.optim.Optimizer | None = None,
+        lmbda: float | None = None,
     ) -> None:
         """Learn from the advantage ``ext_coef * A_ext + int_coef * A_int``, as RND-PPO's
         two streams: the learner's estimator and critic see the extrinsic reward only;
@@ -162,22 +151,32 @@ class PolicyGradientLearner(Learner):
         intrinsic reward, and its own critic's non-episodic GAE gives ``A_int``
         (:meth:`intrinsic_advantage`). The bonus's loss (its own terms and its critic's
         regression) trains its parameters with an optimiser of its own
-        (``intrinsic_optimizer``, at ``lr``, else the policy's, on the same schedule), as a
+        (``intrinsic_optimizer``: ``optimizer``, or one like the policy's at ``lr``, else at
+        the policy's rate; on the same schedule, in proportion to its initial rate), as a
         group in lockstep with the policy's first phase. ``ext_coef=0`` is pretraining: the
-        policy learns from the intrinsic stream alone (the extrinsic critic still trains)."""
+        policy learns from the intrinsic stream alone (the extrinsic critic still trains).
+        ``lmbda``: the intrinsic GAE's lambda; None: the estimator's (``estimator.lmbda``)."""
         if int_coef < 0 or ext_coef < 0 or int_coef == ext_coef == 0:
             raise ValueError(
                 f"attach_intrinsic: int_coef and ext_coef must be >= 0, not both 0, got "
                 f"{int_coef} and {ext_coef}"
             )
+        if lmbda is None:
+            lmbda = getattr(self.estimator, "lmbda", None)
+            if lmbda is None:
+                raise ValueError(
+                    f"attach_intrinsic: the estimator {type(self.estimator).__name__} has no "
+                    "lmbda for the intrinsic stream's GAE: pass lmbda="
+                )
+        if optimizer is None:
+            params = [p for p in bonus.parameters() if p.requires_grad]
+            optimizer = make_like(self.optimizer, params, lr=lr or self.lr_schedule.lr)
         self.intrinsic = bonus
         self.int_coef, self.ext_coef = float(int_coef), float(ext_coef)
-        self.intrinsic_lr = lr
-        params = [p for p in bonus.parameters() if p.requires_grad]
-        cfg = self.cfg
-        settings = dict(optimizer=cfg.optimizer, lr=lr or cfg.lr, adam_eps=cfg.adam_eps)
-        settings["weight_decay"] = getattr(cfg, "weight_decay", None)
-        self.intrinsic_optimizer = make_optimizer(SimpleNamespace(**settings), params)
+        self.intrinsic_lmbda = float(lmbda)
+        self.intrinsic_optimizer = optimizer
+        #: the intrinsic optimiser's rate at the schedule's start (it follows in proportion)
+        self.intrinsic_lr = float(optimizer.param_groups[0]["lr"])
 
     def intrinsic_groups(self) -> list[LossGroup]:
         """The intrinsic reward's loss group (none without :meth:`attach_intrinsic`)."""
@@ -189,8 +188,8 @@ class PolicyGradientLearner(Learner):
                     "intrinsic",
                     self.intrinsic.loss,
                     self.intrinsic_optimizer,
-                    epochs=self.cfg.epochs,
-                    max_grad_norm=self.cfg.max_grad_norm,
+                    epochs=self.epochs,
+                    max_grad_norm=self.max_grad_norm,
                     grad_name="intrinsic_grad_norm",
                 )
             ]
@@ -222,9 +221,12 @@ class PolicyGradientLearner(Learner):
         )  # [N, T, 1]
         value = bonus.value(obs)
         next_value = continuing_next_value(value, bonus.value(next_obs[:, -1:]))
-        lmbda = getattr(self.cfg, "gae_lambda", 0.95)
         advantage, target = non_episodic_gae(
-            reward, value, next_value, gamma=bonus.return_scaler.gamma, lmbda=lmbda
+            reward,
+            value,
+            next_value,
+            gamma=bonus.return_scaler.gamma,
+            lmbda=self.intrinsic_lmbda,
         )
         extrinsic = batch.get(keys.ADVANTAGE)
         intrinsic = env_major(advantage).reshape(extrinsic.shape).to(extrinsic)
@@ -257,29 +259,24 @@ class PolicyGradientLearner(Learner):
 
     @property
     def frames_per_batch(self) -> int:
-        return self.cfg.batch_size
+        return self._frames_per_batch
 
     def collect_policy(self) -> nn.Module:
         return self.actor
 
     def state_dict(self) -> dict[str, Any]:
-        state = {"kl_lr": self.kl_lr.state_dict()} if self.kl_lr else {}
-        if self.exp_lr is not None:
-            state["exp_lr"] = self.exp_lr.state_dict()
-        if self.lr_scheduler is not None:
-            state["lr_scheduler"] = self.lr_scheduler.state_dict()
-        return state
+        """The schedule's history (``kl_lr``, ``exp_lr``, ``lr_scheduler``:
+        :meth:`LRSchedule.state_dict <rlkit.training.schedules.LRSchedule.state_dict>`)."""
+        return self.lr_schedule.state_dict()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        if self.kl_lr and "kl_lr" in state:
-            self.kl_lr.load_state_dict(state["kl_lr"])
-        if self.exp_lr is not None and "exp_lr" in state:
-            self.exp_lr.load_state_dict(state["exp_lr"])
-        if self.lr_scheduler is not None and "lr_scheduler" in state:
-            self.lr_scheduler.load_state_dict(state["lr_scheduler"])
+        self.lr_schedule.load_state_dict(state)
 
-    #: a ``torch.optim.lr_scheduler`` over :attr:`optimizer` (:meth:`attach_lr_scheduler`)
-    lr_scheduler: Any = None
+    @property
+    def lr_scheduler(self) -> Any:
+        """The ``torch.optim.lr_scheduler`` over :attr:`optimizer` attached with
+        :meth:`attach_lr_scheduler`, or None."""
+        return self.lr_schedule.lr_scheduler
 
     def attach_lr_scheduler(self, scheduler: Any) -> None:
         """Drive the learning rate with any ``torch.optim.lr_scheduler`` built on
@@ -289,39 +286,23 @@ class PolicyGradientLearner(Learner):
         optimisers, an intrinsic reward's) follow in proportion, and its ``state_dict`` is
         checkpointed with the learner. Needs ``--lr-schedule constant`` (the built-in
         schedule would overwrite the rate)."""
-        if self.cfg.lr_schedule != "constant":
-            raise ValueError(
-                f"attach_lr_scheduler: the learner already follows --lr-schedule "
-                f"{self.cfg.lr_schedule}, which would overwrite the scheduler's rate: build it "
-                "with lr_schedule='constant'"
-            )
         if getattr(scheduler, "optimizer", None) is not self.optimizer:
             raise ValueError(
                 "attach_lr_scheduler: the scheduler must be built on learner.optimizer, e.g. "
                 "torch.optim.lr_scheduler.StepLR(learner.optimizer, step_size=10)"
             )
-        self.lr_scheduler = scheduler
+        self.lr_schedule.attach(scheduler)
 
     # ---------------------------------------------------------------- the update
     def apply_schedules(self, progress: float) -> dict[str, float]:
-        cfg = self.cfg
-        if cfg.lr_schedule == "linear":
-            lr = schedules.linear(cfg.lr, cfg.lr_final, lr_progress(cfg, progress))
-        elif self.kl_lr is not None:
-            lr = self.kl_lr.lr
-        elif cfg.lr_schedule == "cosine":
-            lr = schedules.cosine(cfg.lr, cfg.lr_final, lr_progress(cfg, progress))
-        elif self.exp_lr is not None:
-            lr = self.exp_lr.lr
-        elif self.lr_scheduler is not None:
-            lr = float(self.optimizer.param_groups[0]["lr"])
-        else:
-            lr = cfg.lr
+        """The batch's learning rate (:attr:`lr_schedule` at ``progress``, frames done /
+        budget) into the optimisers, and the loss schedules into the loss; returns them."""
+        lr = self.lr_schedule.lr_at(progress)
         schedules.set_lr(self.optimizer, lr)
         out = {"lr": lr}
         if self.intrinsic is not None:
-            base = self.intrinsic_lr or cfg.lr
-            schedules.set_lr(self.intrinsic_optimizer, base * lr / cfg.lr)
+            intrinsic_lr = self.intrinsic_lr * lr / self.lr_schedule.lr
+            schedules.set_lr(self.intrinsic_optimizer, intrinsic_lr)
         for name, (start, end) in self.loss_schedules.items():
             # a coefficient annealed to 0 stays just above it so validation holds
             value = schedules.linear(start, end, progress)
@@ -335,7 +316,7 @@ class PolicyGradientLearner(Learner):
         n = flat.shape[0]
         if size is None:
             # none: the whole batch, whose length --min-episodes may vary
-            size = n if self.cfg.minibatch_size is None else self.cfg.minibatch_size
+            size = n if self.minibatch_size is None else self.minibatch_size
         if size >= n:
             # one minibatch per epoch: the mean loss over the whole batch does not depend on
             # the order of its samples, so skip the shuffle and the copy
@@ -351,9 +332,9 @@ class PolicyGradientLearner(Learner):
                     "policy",
                     self.loss,
                     self.optimizer,
-                    epochs=self.cfg.epochs,
-                    max_grad_norm=self.cfg.max_grad_norm,
-                    target_kl=self.cfg.target_kl,
+                    epochs=self.epochs,
+                    max_grad_norm=self.max_grad_norm,
+                    target_kl=self.target_kl,
                 )
             ]
         return self._groups
@@ -413,7 +394,7 @@ class PolicyGradientLearner(Learner):
         ``--lr-schedule exponential`` or an attached scheduler), then the observation
         statistics (after the gradient steps, so a batch is scored with the statistics it was
         collected with; every rank merges all ranks' observations)."""
-        if self.kl_lr is not None:
+        if self.lr_schedule.adapts_to_kl:
             if "approx_kl" not in result:
                 raise LossContractError(
                     f"--lr-schedule kl adapts the learning rate to the loss's approx_kl, but "
@@ -421,20 +402,10 @@ class PolicyGradientLearner(Learner):
                     "linear, or a loss that reports approx_kl"
                 )
             kl = ctx.all_reduce_mean(torch.tensor(result["approx_kl"]))
-            self.kl_lr.update(float(kl))
-        if self.exp_lr is not None:
-            self.exp_lr.step()
-        if self.lr_scheduler is not None:
-            self.lr_scheduler.step()
+            self.lr_schedule.observe_kl(float(kl))
+        self.lr_schedule.step()
         if self.obs_norm is not None:
             self.obs_norm.update(ctx.all_gather(batch.get(keys.OBSERVATION)))
-
-
-def lr_progress(cfg, progress: float) -> float:
-    """Progress of ``--lr-schedule linear`` / ``cosine``: ``progress`` (frames /
-    ``--total-frames``), or frames / ``--lr-decay-frames`` when set (then past 1: the final
-    rate is held)."""
-    return schedules.span_progress(progress, cfg.total_frames, cfg.lr_decay_frames)
 
 
 def check_schedules(loss: nn.Module, schedules_: Mapping[str, tuple[float, float]]) -> None:
@@ -473,17 +444,55 @@ def build_actor_critic(
 def attach_intrinsic_from_config(learner: PolicyGradientLearner, cfg, env) -> None:
     """``--intrinsic NAME`` (``--int-coef``, ``--ext-coef``, ``--pretraining``,
     ``--intrinsic-lr``, ``--gamma-int``): build the intrinsic reward for ``env`` and attach it
-    to ``learner`` (nothing when ``--intrinsic none`` or the config has no such flag)."""
-    name = getattr(cfg, "intrinsic", "none")
+    to ``learner`` (nothing when ``--intrinsic none``)."""
+    name = cfg.intrinsic
     if name == "none":
         return
     image = {}
-    if getattr(cfg, "encoder", "mlp") != "mlp":  # the bonus's networks take the recipe's encoder
+    if cfg.encoder != "mlp":  # the bonus's networks take the recipe's encoder
         image = dict(encoder=cfg.encoder, encoder_dim=cfg.feature_dim)
     bonus = make_intrinsic(name, env, gamma_int=cfg.gamma_int, **image)
     learner.attach_intrinsic(
         bonus,
         int_coef=cfg.int_coef,
         ext_coef=0.0 if cfg.pretraining else cfg.ext_coef,
-        lr=cfg.intrinsic_lr,
+        optimizer=intrinsic_optimizer(cfg, bonus, lr=cfg.intrinsic_lr),
+        lmbda=cfg.gae_lambda,
     )
+
+
+def intrinsic_optimizer(cfg, bonus: IntrinsicReward, *, lr: float | None):
+    """``--optimizer`` over the trainable parameters of ``bonus`` at ``lr``, else
+    ``--lr``."""
+    params = [p for p in bonus.parameters() if p.requires_grad]
+    return config_optimizer(cfg, params, lr=lr or cfg.lr)
+
+
+def policy_gradient_settings(
+    cfg: PolicyGradientConfig, loss_schedules: Mapping[str, tuple[float, float]] | None = None
+) -> dict[str, Any]:
+    """:class:`PolicyGradientLearner`'s keyword arguments from a config, but the networks,
+    estimator, loss and optimiser: ``frames_per_batch`` (``--num-envs`` x
+    ``--rollout-steps``), ``--epochs``, ``--minibatch-size``, ``--max-grad-norm``,
+    ``--target-kl``, the ``--lr-schedule``, ``--running-advantage-norm`` and the loss
+    schedules: ``loss_schedules`` (e.g. the clip range's) and the entropy coefficient's with
+    ``--entropy-coef-final``."""
+    schedules_ = dict(loss_schedules or {})
+    if cfg.entropy_coef_final is not None:
+        schedules_["entropy_coef"] = (cfg.entropy_coef, cfg.entropy_coef_final)
+    return dict(
+        frames_per_batch=cfg.batch_size,
+        epochs=cfg.epochs,
+        minibatch_size=cfg.minibatch_size,
+        max_grad_norm=cfg.max_grad_norm,
+        target_kl=cfg.target_kl,
+        lr_schedule=config_lr_schedule(cfg),
+        loss_schedules=schedules_,
+        running_advantage_norm=cfg.running_advantage_norm,
+    )
+
+
+def policy_optimizer(cfg, *modules: nn.Module | None) -> torch.optim.Optimizer:
+    """``--optimizer`` at ``--lr`` over the parameters of ``modules`` (None skipped), each
+    once (a shared trunk)."""
+    return config_optimizer(cfg, unique_parameters(*(m for m in modules if m is not None)))

@@ -7,7 +7,7 @@ in the torch-free :mod:`rlkit.configs.ppg` and are imported here under their old
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
@@ -17,10 +17,11 @@ from torch import nn
 
 from rlkit import keys
 from rlkit.algorithms._parts import gae_part, make_part
+from rlkit.algorithms._settings import config_optimizer
 from rlkit.algorithms.onpolicy import (
     PolicyGradientLearner,
     attach_intrinsic_from_config,
-    make_optimizer,
+    policy_gradient_settings,
 )
 from rlkit.configs import ppg as _config
 from rlkit.configs.ppg import PRESETS, PPGConfig
@@ -31,6 +32,7 @@ from rlkit.objectives.functional import standardize
 from rlkit.objectives.ppg import PRE_AUX, policy_kl
 from rlkit.training import parse_config, run, schedules
 from rlkit.training.engine import Context
+from rlkit.training.optim import unique_parameters
 from rlkit.training.update import LossGroup, update_loop
 from rlkit.value import GAE
 
@@ -93,8 +95,20 @@ class PPGLearner(PolicyGradientLearner):
         loss: the policy-phase loss (``PPOLoss(actor, critic, ...)`` or a subclass; every
             ``loss_*`` term but ``loss_value`` trains the actor).
         aux_loss: :class:`~rlkit.objectives.PPGAuxLoss` over the same networks.
-        cfg: a :class:`PPGConfig`.
-        loss_schedules: as for :class:`PolicyGradientLearner`.
+        optimizer, value_optimizer, aux_optimizer: the three optimisers below
+            (:func:`ppg_parameters` says which parameters each holds); ``aux_optimizer``
+            None: ``--aux-optimizer shared``.
+        n_pi: policy-phase batches per auxiliary phase (``--n-pi``).
+        value_epochs: the value group's passes in the policy phase (None: ``epochs``).
+        aux_epochs: passes of the auxiliary phase (0: none, no buffer kept).
+        aux_lr: the auxiliary phase's initial rate (it follows the schedule in
+            proportion); None: the policy's.
+        aux_minibatches: minibatches of whole rollouts per auxiliary epoch.
+        aux_grad_accum: chunks each auxiliary step accumulates its gradient over.
+        full_batch_advantage_norm: standardise the advantage over the whole batch.
+        rollout_steps: the steps of one rollout (a longer ``--min-episodes`` batch is stored
+            as rollouts of this length).
+        everything else: as for :class:`PolicyGradientLearner`.
 
     Loss groups (:func:`~rlkit.training.update.update_loop`). Policy phase, over the same
     minibatches: ``policy`` (every term of ``loss`` but ``loss_value``; the actor: trunk and
@@ -123,8 +137,18 @@ class PPGLearner(PolicyGradientLearner):
         estimator: nn.Module,
         loss: nn.Module,
         aux_loss: nn.Module,
-        cfg: PPGConfig,
-        loss_schedules: Mapping[str, tuple[float, float]] | None = None,
+        optimizer: torch.optim.Optimizer,
+        value_optimizer: torch.optim.Optimizer,
+        aux_optimizer: torch.optim.Optimizer | None,
+        n_pi: int,
+        aux_epochs: int,
+        value_epochs: int | None = None,
+        aux_lr: float | None = None,
+        aux_minibatches: int = 1,
+        aux_grad_accum: int = 1,
+        full_batch_advantage_norm: bool = False,
+        rollout_steps: int,
+        **kwargs: Any,
     ) -> None:
         super().__init__(
             algo="ppg",
@@ -132,22 +156,23 @@ class PPGLearner(PolicyGradientLearner):
             critic=nets.critic,
             estimator=estimator,
             loss=loss,
-            cfg=cfg,
+            optimizer=optimizer,
             obs_norm=nets.obs_norm,
-            loss_schedules=loss_schedules,
+            **kwargs,
         )
         self.aux_critic, self.aux_loss = nets.aux_critic, aux_loss
         self.nets["aux_critic"] = nets.aux_critic
-        actor = _unique(nets.actor.parameters())
-        critic = _unique(nets.critic.parameters(), but=actor)  # shared: the value head only
-        aux_head = _unique(nets.aux_critic.parameters(), but=actor)
-        shared = cfg.aux_optimizer == "shared"
-        self.optimizer = make_optimizer(cfg, actor + aux_head if shared else actor)
-        self.value_optimizer = make_optimizer(cfg, critic)
-        self.aux_optimizer = (
-            None if shared else make_optimizer(cfg, _unique(self.nets.parameters()))
+        self.value_optimizer, self.aux_optimizer = value_optimizer, aux_optimizer
+        self.n_pi, self.aux_epochs = n_pi, aux_epochs
+        self.value_epochs = value_epochs or self.epochs
+        self.aux_lr, self.aux_minibatches, self.aux_grad_accum = (
+            aux_lr,
+            aux_minibatches,
+            aux_grad_accum,
         )
-        self._build_groups(cfg)
+        self.full_batch_advantage_norm = full_batch_advantage_norm
+        self.rollout_steps = rollout_steps
+        self._build_groups()
         self.phase_iteration = 0
         self.buffer: list[TensorDict] = []
 
@@ -193,8 +218,8 @@ class PPGLearner(PolicyGradientLearner):
             )
 
     # ---------------------------------------------------------------- loss groups
-    def _build_groups(self, cfg: PPGConfig) -> None:
-        clip = cfg.max_grad_norm
+    def _build_groups(self) -> None:
+        clip = self.max_grad_norm
 
         def value(name: str, loss: nn.Module, epochs: int) -> LossGroup:
             terms, grad_name = (LOSS_VALUE,), "value_grad_norm"
@@ -204,16 +229,16 @@ class PPGLearner(PolicyGradientLearner):
 
         self._groups = [  # policy phase, in lockstep over the same minibatches
             LossGroup(
-                "policy", self.loss, self.optimizer, cfg.epochs, clip, target_kl=cfg.target_kl
+                "policy", self.loss, self.optimizer, self.epochs, clip, target_kl=self.target_kl
             ),
-            value("value", self.loss, cfg.value_epochs or cfg.epochs),
+            value("value", self.loss, self.value_epochs),
         ]
         if self.aux_optimizer is not None:
-            aux = LossGroup("aux", self.aux_loss, self.aux_optimizer, cfg.aux_epochs, clip)
+            aux = LossGroup("aux", self.aux_loss, self.aux_optimizer, self.aux_epochs, clip)
             self.aux_groups = [aux]
         else:
-            aux = LossGroup("aux", self.aux_loss, self.optimizer, cfg.aux_epochs, clip)
-            self.aux_groups = [aux, value("aux_value", self.aux_loss, cfg.aux_epochs)]
+            aux = LossGroup("aux", self.aux_loss, self.optimizer, self.aux_epochs, clip)
+            self.aux_groups = [aux, value("aux_value", self.aux_loss, self.aux_epochs)]
 
     def loss_groups(self) -> list[LossGroup]:
         """The policy phase's groups (:attr:`aux_groups`: the auxiliary phase's)."""
@@ -226,33 +251,25 @@ class PPGLearner(PolicyGradientLearner):
         schedules.set_lr(self.value_optimizer, out["lr"])
         return out
 
-    def settings_read_later(self) -> set[str]:
-        """The auxiliary phase's settings, read at the first auxiliary phase (after
-        ``--n-pi`` updates)."""
-        if self.cfg.aux_epochs <= 0:
-            return set()
-        return {"aux_lr", "aux_minibatches", "aux_grad_accum"}
-
     def _aux_lr(self, lr: float) -> float:
         """The auxiliary learning rate follows the policy-phase schedule's ratio."""
-        cfg = self.cfg
-        return (cfg.aux_lr if cfg.aux_lr is not None else cfg.lr) * (lr / cfg.lr)
+        base = self.lr_schedule.lr
+        return (self.aux_lr if self.aux_lr is not None else base) * (lr / base)
 
     def update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
-        cfg = self.cfg
         sched = self.apply_schedules(ctx.progress)
         with torch.no_grad():
             self.estimator(batch)
             sched |= self.intrinsic_advantage(batch, ctx)
         flat = batch.reshape(-1)  # a new TensorDict: setting a key leaves ``batch`` alone
-        if cfg.full_batch_advantage_norm:
+        if self.full_batch_advantage_norm:
             flat.set(keys.ADVANTAGE, standardize(flat.get(keys.ADVANTAGE)))
         result = update_loop(self.first_phase(), flat, ctx, minibatches=self._minibatches)
-        if cfg.aux_epochs > 0:
+        if self.aux_epochs > 0:
             self.buffer.append(self._store(batch))
         self.phase_iteration += 1
-        if self.phase_iteration == cfg.n_pi:
-            if cfg.aux_epochs > 0:
+        if self.phase_iteration == self.n_pi:
+            if self.aux_epochs > 0:
                 result |= self.aux_phase(ctx, lr=self._aux_lr(sched["lr"]))
                 for opt in (self.optimizer, self.value_optimizer):  # shared: back from aux_lr
                     schedules.set_lr(opt, sched["lr"])
@@ -271,7 +288,7 @@ class PPGLearner(PolicyGradientLearner):
             },
             batch_size=batch.batch_size[:2],
         )
-        steps = self.cfg.rollout_steps
+        steps = self.rollout_steps
         if stored.shape[1] == steps:
             return stored
         return torch.cat(stored.split(steps, dim=1), 0)
@@ -280,20 +297,19 @@ class PPGLearner(PolicyGradientLearner):
         """Record pi_old over the buffer, then ``aux_epochs`` passes of the auxiliary loss
         over minibatches of whole rollouts, each step's gradient accumulated over
         ``--aux-grad-accum`` chunks of them."""
-        cfg = self.cfg
         # a resumed buffer comes from the checkpoint on the CPU; new batches on ctx.device
         data = torch.cat([b.to(ctx.device) for b in self.buffer], 0)  # [rollouts, T]
         record_pre_aux(self.actor, self.critic, data)
         groups = self.aux_groups
         for group in groups:
             schedules.set_lr(group.optimizer, lr)
-        size = math.ceil(data.shape[0] / cfg.aux_minibatches)
+        size = math.ceil(data.shape[0] / self.aux_minibatches)
 
         def rollouts(td: TensorDictBase, generator: torch.Generator):
             order = torch.randperm(td.shape[0], generator=generator)
             return (td[idx] for idx in order.split(size))
 
-        stats = update_loop(groups, data, ctx, minibatches=rollouts, grad_accum=cfg.aux_grad_accum)
+        stats = update_loop(groups, data, ctx, minibatches=rollouts, grad_accum=self.aux_grad_accum)
         result = stats | {"lr": lr, "policy_kl_after": self._kl_after(data)}
         return {f"aux/{k}": v for k, v in result.items()}
 
@@ -306,11 +322,19 @@ class PPGLearner(PolicyGradientLearner):
         return float(kl)
 
 
-def _unique(params, but: Sequence[torch.Tensor] = ()) -> list[torch.Tensor]:
-    """``params`` once each (shared trunks), without those in ``but``."""
-    skip = {id(p) for p in but}
-    out = {id(p): p for p in params if id(p) not in skip}
-    return list(out.values())
+def ppg_parameters(nets: PPGNetworks) -> dict[str, list[torch.Tensor]]:
+    """The parameters of PPG's optimisers, each once: ``actor`` (trunk and policy head),
+    ``critic`` (the critic's own; in the shared layout the value head only), ``aux_head``
+    (the auxiliary value head's own) and ``every`` one of the networks."""
+    actor = unique_parameters(nets.actor)
+    return {
+        "actor": actor,
+        "critic": unique_parameters(nets.critic, but=actor),
+        "aux_head": unique_parameters(nets.aux_critic, but=actor),
+        "every": unique_parameters(
+            *(m for m in (nets.actor, nets.critic, nets.obs_norm, nets.aux_critic) if m is not None)
+        ),
+    }
 
 
 def build_ppg_networks(cfg: PPGConfig, env) -> PPGNetworks:
@@ -366,13 +390,28 @@ def build(cfg: PPGConfig, env, *, loss_cls=None, estimator_cls=None) -> PPGLearn
         value_coef=cfg.aux_true_value_coef,
         value_clip_epsilon=cfg.value_clip,
     )
+    params = ppg_parameters(nets)
+    shared = cfg.aux_optimizer == "shared"
+    aux = cfg.aux_epochs > 0  # the auxiliary phase's settings apply only with one
     learner = PPGLearner(
         nets=nets,
         estimator=estimator,
         loss=loss,
         aux_loss=aux_loss,
-        cfg=cfg,
-        loss_schedules=cfg.loss_schedules,
+        optimizer=config_optimizer(
+            cfg, params["actor"] + params["aux_head"] if shared else params["actor"]
+        ),
+        value_optimizer=config_optimizer(cfg, params["critic"]),
+        aux_optimizer=None if shared else config_optimizer(cfg, params["every"]),
+        n_pi=cfg.n_pi,
+        aux_epochs=cfg.aux_epochs,
+        value_epochs=cfg.value_epochs,
+        aux_lr=cfg.aux_lr if aux else None,
+        aux_minibatches=cfg.aux_minibatches if aux else 1,
+        aux_grad_accum=cfg.aux_grad_accum if aux else 1,
+        full_batch_advantage_norm=cfg.full_batch_advantage_norm,
+        rollout_steps=cfg.rollout_steps,
+        **policy_gradient_settings(cfg, cfg.loss_schedules),
     )
     attach_intrinsic_from_config(learner, cfg, env)
     return learner

@@ -31,7 +31,13 @@ from __future__ import annotations
 from functools import partial
 
 from rlkit.algorithms._parts import gae_part, make_part
-from rlkit.algorithms.onpolicy import PolicyGradientLearner, build_actor_critic
+from rlkit.algorithms.onpolicy import (
+    PolicyGradientLearner,
+    build_actor_critic,
+    intrinsic_optimizer,
+    policy_gradient_settings,
+    policy_optimizer,
+)
 from rlkit.configs import rnd as _config
 from rlkit.configs.rnd import PRESETS, RNDConfig
 from rlkit.objectives import PPOLoss
@@ -99,12 +105,17 @@ def build(cfg: RNDConfig, env, *, loss_cls=None, estimator_cls=None) -> PolicyGr
         critic=critic,
         estimator=estimator,
         loss=loss,
-        cfg=cfg,
+        optimizer=policy_optimizer(cfg, actor, critic, obs_norm),
         obs_norm=obs_norm,
-        loss_schedules=cfg.loss_schedules,
+        **policy_gradient_settings(cfg, cfg.loss_schedules),
     )
+    bonus = build_bonus(cfg, env)
     learner.attach_intrinsic(
-        build_bonus(cfg, env), int_coef=cfg.int_coef, ext_coef=cfg.ext_coef, lr=cfg.predictor_lr
+        bonus,
+        int_coef=cfg.int_coef,
+        ext_coef=cfg.ext_coef,
+        optimizer=intrinsic_optimizer(cfg, bonus, lr=cfg.predictor_lr),
+        lmbda=cfg.gae_lambda,
     )
     return learner
 

@@ -10,16 +10,17 @@ import inspect
 from functools import partial
 from typing import Any
 
+import torch
 from tensordict import TensorDictBase
 from torch import nn
 
 from rlkit.algorithms._parts import make_part
 from rlkit.algorithms.offpolicy import (
-    OffPolicyConfig,
     OffPolicyLearner,
-    _adam,
     _check_priority_weights,
     _LastOutput,
+    offpolicy_settings,
+    priority_weights,
 )
 from rlkit.algorithms.offpolicy import offpolicy_collector as make_collector
 from rlkit.configs import sac as _config
@@ -33,6 +34,7 @@ from rlkit.objectives import DiscreteSACLoss, SACLoss
 from rlkit.objectives.dqn import TD_ERROR
 from rlkit.training import parse_config, run
 from rlkit.training.engine import Context
+from rlkit.training.optim import make_optimizer
 from rlkit.training.update import LossGroup, update_loop
 
 
@@ -49,35 +51,43 @@ class SACLearner(OffPolicyLearner):
     optimised). A loss that overrides ``forward`` is refused: the learner never calls it.
     ``n_steps > 1`` is refused: the soft n-step target needs the intermediate entropy terms.
 
-    Two Adam optimisers: ``"critic"`` (both Q networks) and ``"actor"`` (actor, and
-    :math:`\\log\\alpha` as a second parameter group with ``alpha_lr``). Checkpointed module:
-    ``"sac"`` (the loss: actor, critics, targets, :math:`\\log\\alpha`). The evaluation policy
-    is the actor's deterministic action (``tanh`` of the mean for a TanhNormal, the most
-    likely action for a categorical actor).
+    Two Adam optimisers (:func:`sac_optimizers`): ``"critic"`` (both Q networks) and
+    ``"actor"`` (actor, and :math:`\\log\\alpha` as a second parameter group with its own
+    rate). Checkpointed module: ``"sac"`` (the loss: actor, critics, targets,
+    :math:`\\log\\alpha`). The evaluation policy is the actor's deterministic action (``tanh``
+    of the mean for a TanhNormal, the most likely action for a categorical actor).
+
+    Args:
+        loss: a :class:`~rlkit.objectives.SACLoss` (or :class:`~rlkit.objectives.DiscreteSACLoss`).
+        critic_optimizer, actor_optimizer: :func:`sac_optimizers` over ``loss``.
+        action_spec: the env's unbatched action spec.
+        policy_delay: gradient steps per actor and temperature step.
+        max_grad_norm: gradient clipping norm of both groups (0 or None: off).
+        priority_weights: the importance weights of prioritized replay the loss must be
+            built with (``"max"`` or ``"sum"``; None: uniform replay).
+        everything else: :class:`~rlkit.algorithms.offpolicy.OffPolicyLearner`'s.
     """
 
     def __init__(
         self,
         *,
-        cfg: OffPolicyConfig,
         loss: nn.Module,
+        critic_optimizer: torch.optim.Optimizer,
+        actor_optimizer: torch.optim.Optimizer,
         action_spec,
         policy_delay: int = 1,
-        actor_lr: float | None = None,
-        alpha_lr: float | None = None,
+        max_grad_norm: float | None = None,
+        priority_weights: str | None = None,
+        **kwargs: Any,
     ) -> None:
         if isinstance(policy_delay, bool) or not isinstance(policy_delay, int) or policy_delay < 1:
             raise ValueError(f"--policy-delay must be an int >= 1, got {policy_delay!r}")
-        check_sac_n_steps(max(cfg.n_steps, getattr(loss, "n_steps", 1)))
+        check_sac_n_steps(max(kwargs.get("n_steps", 1), getattr(loss, "n_steps", 1)))
         _check_sac_forward(loss)
-        _check_priority_weights(cfg, loss)
+        _check_priority_weights(priority_weights, loss)
         self.loss, self.policy_delay = loss, policy_delay
-        self.critic_optimizer = _adam(loss.critic_parameters(), cfg)
-        groups = [{"params": list(loss.actor.parameters()), "lr": actor_lr or cfg.lr}]
-        if loss.learn_alpha:
-            groups.append({"params": [loss.log_alpha], "lr": alpha_lr or cfg.lr})
-        self.actor_optimizer = _adam(groups, cfg)
-        clip = cfg.max_grad_norm or None
+        self.critic_optimizer, self.actor_optimizer = critic_optimizer, actor_optimizer
+        clip = max_grad_norm or None
         self.critic_group = LossGroup(
             "critic",
             loss.critic_view(),
@@ -99,12 +109,12 @@ class SACLearner(OffPolicyLearner):
             policy = loss.actor
         super().__init__(
             algo="sac",
-            cfg=cfg,
             nets={"sac": loss},
             optimizers={"critic": self.critic_optimizer, "actor": self.actor_optimizer},
             policy=policy,
             eval_policy=policy,
             action_spec=action_spec,
+            **kwargs,
         )
 
     def train_step(self, sample: TensorDictBase, ctx: Context) -> dict[str, Any]:
@@ -115,6 +125,24 @@ class SACLearner(OffPolicyLearner):
             info |= update_loop([self.actor_group], sample, ctx)
             info["alpha"] = self.loss.alpha  # after the temperature's step
         return info | {TD_ERROR: td_error}
+
+
+def sac_optimizers(
+    loss: nn.Module,
+    *,
+    lr: float,
+    eps: float,
+    actor_lr: float | None = None,
+    alpha_lr: float | None = None,
+) -> tuple[torch.optim.Optimizer, torch.optim.Optimizer]:
+    """``(critic, actor)``: Adam at ``lr`` over ``loss.critic_parameters()``, and Adam over
+    the actor at ``actor_lr`` (else ``lr``) with :math:`\\log\\alpha` (when learned) as a second
+    parameter group at ``alpha_lr`` (else ``lr``)."""
+    critic = make_optimizer("adam", loss.critic_parameters(), lr=lr, eps=eps)
+    groups = [{"params": list(loss.actor.parameters()), "lr": actor_lr or lr}]
+    if loss.learn_alpha:
+        groups.append({"params": [loss.log_alpha], "lr": alpha_lr or lr})
+    return critic, make_optimizer("adam", groups, lr=lr, eps=eps)
 
 
 def _check_sac_forward(loss: nn.Module) -> None:
@@ -208,16 +236,21 @@ def build(cfg: SACConfig, env, *, loss_cls=None) -> SACLearner:
         learn_alpha=cfg.learn_alpha,
         target_entropy=cfg.target_entropy,
         n_steps=cfg.n_steps,
-        priority_weights=cfg.priority_weight_norm if cfg.prioritized else None,
+        priority_weights=priority_weights(cfg),
         where=f"sac.build ({info.kind} actions)",
     )
+    critic_optimizer, actor_optimizer = sac_optimizers(
+        loss, lr=cfg.lr, eps=cfg.adam_eps, actor_lr=cfg.actor_lr, alpha_lr=cfg.alpha_lr
+    )
     return SACLearner(
-        cfg=cfg,
         loss=loss,
+        critic_optimizer=critic_optimizer,
+        actor_optimizer=actor_optimizer,
         action_spec=env.action_spec_unbatched,
         policy_delay=cfg.policy_delay,
-        actor_lr=cfg.actor_lr,
-        alpha_lr=cfg.alpha_lr,
+        max_grad_norm=cfg.max_grad_norm,
+        priority_weights=priority_weights(cfg),
+        **offpolicy_settings(cfg),
     )
 
 

@@ -17,7 +17,6 @@ from torch import Tensor, nn
 
 from rlkit import keys
 from rlkit.algorithms._parts import gae_part, make_part
-from rlkit.algorithms.onpolicy import make_optimizer
 from rlkit.configs import svpg as _config
 from rlkit.configs.svpg import PRESETS, SVPGConfig
 from rlkit.modules.particles import (
@@ -33,6 +32,8 @@ from rlkit.objectives.ppo import PPOLoss
 from rlkit.objectives.svpg import median_bandwidth, rbf_kernel, stein_update
 from rlkit.training import parse_config, run, schedules
 from rlkit.training.engine import Context, Learner
+from rlkit.training.optim import make_optimizer
+from rlkit.training.schedules import LRSchedule
 from rlkit.training.update import LossGroup, MeanMetrics, update_loop
 from rlkit.value import GAE
 
@@ -84,8 +85,9 @@ class SVPGLearner(Learner):
             (default): the whole batch per step.
         normalize_advantage: standardise the advantage within each particle's samples (of
             the batch, or of each minibatch).
-        lr_schedule: ``(start, end)`` learning rate annealed linearly over the frame budget;
-            ``None``: constant.
+        lr_schedule: the learning rate (:class:`~rlkit.training.schedules.LRSchedule`, e.g.
+            ``LRSchedule("linear", 7e-4, final=0.0)`` over the frame budget); ``None``:
+            constant at the optimiser's rate.
     """
 
     algo = "svpg"
@@ -105,7 +107,7 @@ class SVPGLearner(Learner):
         epochs: int = 1,
         minibatch_size: int | None = None,
         normalize_advantage: bool = False,
-        lr_schedule: tuple[float, float] | None = None,
+        lr_schedule: LRSchedule | None = None,
     ) -> None:
         self.actor_nets, self.critic_nets = stacked_networks(actor), stacked_networks(critic)
         self.num_particles = self.actor_nets.num_particles
@@ -127,6 +129,13 @@ class SVPGLearner(Learner):
             raise ValueError(
                 f"minibatch_size must be > 0 or None (whole batch), got {minibatch_size}"
             )
+        if lr_schedule is not None and not isinstance(lr_schedule, LRSchedule):
+            raise TypeError(
+                f"lr_schedule takes an LRSchedule (rlkit.training.schedules), got "
+                f"{lr_schedule!r}: e.g. LRSchedule('linear', start, final=end)"
+            )
+        if lr_schedule is None:
+            lr_schedule = LRSchedule("constant", float(optimizer.param_groups[0]["lr"]))
         self.actor, self.critic, self.estimator, self.loss = actor, critic, estimator, loss
         self.optimizer, self._frames_per_batch = optimizer, frames_per_batch
         self.temperature, self.bandwidth = float(temperature), bandwidth
@@ -267,10 +276,8 @@ class SVPGLearner(Learner):
             yield minibatch
 
     def update(self, batch: TensorDictBase, ctx: Context) -> dict[str, float]:
-        lr = self.optimizer.param_groups[0]["lr"]
-        if self.lr_schedule is not None:
-            lr = schedules.linear(*self.lr_schedule, ctx.progress)
-            schedules.set_lr(self.optimizer, lr)
+        lr = self.lr_schedule.lr_at(ctx.progress)
+        schedules.set_lr(self.optimizer, lr)
         self._check_layout(batch)
         with torch.no_grad():
             self.estimator(batch)
@@ -310,10 +317,10 @@ class SVPGLearner(Learner):
         self._pending.append(dict(self.last_transform))
 
     def state_dict(self) -> dict[str, Any]:
-        return {}
+        return self.lr_schedule.state_dict()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        del state
+        self.lr_schedule.load_state_dict(state)
 
 
 # 2-5. networks, estimator, loss, learner ----------------------------------------------------
@@ -356,7 +363,8 @@ def build(cfg: SVPGConfig, env, *, loss_cls=None, estimator_cls=None) -> SVPGLea
     )
     estimator = gae_part(estimator_cls, GAE, cfg, critic, where="svpg.build")
     loss = particle_loss(cfg, actor, critic, loss_cls=loss_cls)
-    optimizer = make_optimizer(cfg, [*actor.parameters(), *critic.parameters()])
+    params = [*actor.parameters(), *critic.parameters()]
+    optimizer = make_optimizer(cfg.optimizer, params, lr=cfg.lr, eps=cfg.adam_eps)
     return SVPGLearner(
         actor=actor,
         critic=critic,
@@ -370,7 +378,11 @@ def build(cfg: SVPGConfig, env, *, loss_cls=None, estimator_cls=None) -> SVPGLea
         epochs=cfg.epochs,
         minibatch_size=cfg.minibatch_size,
         normalize_advantage=cfg.normalize_advantage,
-        lr_schedule=(cfg.lr, cfg.lr_final) if cfg.lr_schedule == "linear" else None,
+        lr_schedule=(
+            LRSchedule("linear", cfg.lr, final=cfg.lr_final)
+            if cfg.lr_schedule == "linear"
+            else LRSchedule("constant", cfg.lr)
+        ),
     )
 
 

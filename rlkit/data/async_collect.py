@@ -47,6 +47,7 @@ import copy
 import queue
 import signal
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -61,6 +62,7 @@ __all__ = [
     "POLICY_LAG",
     "POLICY_VERSION",
     "WorkerCollector",
+    "WorkerEnvs",
     "worker_seed",
     "worker_collector_factory",
 ]
@@ -342,13 +344,34 @@ class WorkerCollector:
             q.close()
 
 
+@dataclass(frozen=True)
+class WorkerEnvs:
+    """The envs a :class:`WorkerCollector` of a learner builds (its ``worker_envs``, which
+    :func:`worker_collector_factory` reads): ``make_env(env_id, num_envs=..., seed=...,
+    **env_kwargs)`` split over the workers.
+
+    Args:
+        env_id: a gymnasium id, or an env factory's import path ``module:qualname``.
+        num_envs: the rank's envs, when the learner's env does not say (it is batched).
+        seed: the run's seed: a rank's workers start from ``seed + 1000 * rank`` when the
+            engine passes no seed of its own.
+        env_kwargs: extra ``make_env`` arguments (``env_kwargs``, ``max_episode_steps``, ...).
+    """
+
+    env_id: str
+    num_envs: int
+    seed: int
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
 def worker_collector_factory(
     *, num_workers: int, sync: bool, env_kwargs: Mapping[str, Any] | None = None
 ) -> Callable[[Any, Any, Any], WorkerCollector]:
     """``make_collector`` for :func:`rlkit.training.run`: a :class:`WorkerCollector` over the
     rank's env count and frames per batch, its workers seeded from the engine's ``seed`` for
     the rank (``--seed + 1000 * rank``, plus the frames trained when a run resumes), as the
-    engine's own env."""
+    engine's own env; the envs are the learner's ``worker_envs`` (:class:`WorkerEnvs`),
+    ``env_kwargs`` (when given) in place of theirs."""
     return partial(_build, num_workers=num_workers, sync=sync, env_kwargs=env_kwargs)
 
 
@@ -371,19 +394,24 @@ def _build(env, learner, device, *, num_workers, sync, env_kwargs, seed=None):
             total_frames=-1,
             device=device,
         )
-    cfg = learner.cfg
+    envs: WorkerEnvs | None = getattr(learner, "worker_envs", None)
+    if envs is None:
+        raise TypeError(
+            f"{type(learner).__name__} has no worker_envs (a WorkerEnvs naming the env the "
+            "workers build): the worker collector needs one, as IMPALA's and APPO's builds give"
+        )
     if seed is None:
         rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
-        seed = cfg.seed + 1000 * rank
+        seed = envs.seed + 1000 * rank
     return WorkerCollector(
-        env_id=cfg.env,
+        env_id=envs.env_id,
         policy=learner.collect_policy(),
-        num_envs=int(env.batch_size[0]) if env.batch_size else cfg.num_envs,
+        num_envs=int(env.batch_size[0]) if env.batch_size else envs.num_envs,
         frames_per_batch=learner.frames_per_batch,
         num_workers=num_workers,
         sync=sync,
         seed=seed,
         device=device,
         # --env-kwargs / --max-episode-steps reach the workers' envs as the engine's own
-        env_kwargs=cfg.gym_options() if env_kwargs is None else env_kwargs,
+        env_kwargs=envs.env_kwargs if env_kwargs is None else env_kwargs,
     )

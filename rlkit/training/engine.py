@@ -655,8 +655,6 @@ class Engine:
         try:
             if cfg.eval_only:
                 reads = set(typed_settings(cfg))
-            later = getattr(start.built.learner, "settings_read_later", None)  # a Learner's
-            reads |= set(later()) if later is not None else set()
             self._check_typed(fabric, reads)
         except BaseException:
             start.close()

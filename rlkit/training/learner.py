@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,12 +67,6 @@ class Learner:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         del state
-
-    def settings_read_later(self) -> Collection[str]:
-        """Config settings this learner reads only after its first update (in a phase that
-        comes later, after a warm-up, at a checkpoint): the engine counts them as read when
-        it refuses a typed setting that nothing read (``Engine._check_typed``)."""
-        return ()
 
     def snapshot_files(self, checkpoint: str, run: Mapping[str, Any]) -> dict[str, Any]:
         """Stand-alone files to write with each checkpoint (rank 0, atomically, after it):

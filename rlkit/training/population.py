@@ -719,11 +719,6 @@ class PopulationLearner(Learner):
     def size(self) -> int:
         return len(self.members)
 
-    def settings_read_later(self) -> set[str]:
-        """What any member reads after its first update (:meth:`Learner.settings_read_later`)."""
-        later = (getattr(m, "settings_read_later", None) for m in self.members)
-        return set().union(*(f() for f in later if f is not None))
-
     def modules(self) -> dict[str, nn.Module]:
         return {
             member_key(self.first + i, k): v
