@@ -13,8 +13,8 @@ import pytest
 import torch
 from torch import nn
 
-from rlkit.algorithms.onpolicy import OnPolicyConfig
 from rlkit.configs.base import TrainConfig
+from rlkit.configs.onpolicy import OnPolicyConfig
 from rlkit.data.minibatch import minibatch_indices
 from rlkit.training import checkpoint as ckpt
 from rlkit.training import parse_config, schedules
@@ -243,8 +243,8 @@ def test_plot_curve_writes_png(tmp_path):
 def test_a_subclass_that_only_changes_a_default_keeps_the_base_flag_help_and_choices(capsys):
     import dataclasses
 
-    from rlkit.algorithms.onpolicy import OnPolicyConfig
     from rlkit.configs.base import build_parser
+    from rlkit.configs.onpolicy import OnPolicyConfig
 
     @dataclasses.dataclass(frozen=True)
     class Child(OnPolicyConfig):

@@ -545,12 +545,12 @@ def test_a_run_restores_tensordict_after_patching_it_for_speed():
 def test_a_learner_names_an_undeclared_key_a_custom_loss_reads():
     """A PPOLoss subclass reading ('next', 'reward') died with AttributeError on None."""
     from rlkit.algorithms.onpolicy import (
-        ClipConfig,
         PolicyGradientLearner,
         build_actor_critic,
         policy_gradient_settings,
         policy_optimizer,
     )
+    from rlkit.configs.onpolicy import ClipConfig
     from rlkit.data.collector import make_collector
     from rlkit.value import GAE
 

@@ -1,7 +1,7 @@
 """A2C (Mnih et al. 2016): networks, learner and :func:`train`, what ``recipes/a2c.py`` runs.
 
 The config (:class:`A2CConfig`), its presets and the algorithm box that ``--help`` shows live
-in the torch-free :mod:`rlkit.configs.a2c` and are imported here under their old names.
+in the torch-free :mod:`rlkit.configs.a2c`.
 """
 
 from __future__ import annotations

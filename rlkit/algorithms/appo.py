@@ -1,7 +1,7 @@
 """APPO (IMPACT, Luo et al. 2020): networks, learner and :func:`train` (``recipes/appo.py``).
 
 The config (:class:`APPOConfig`), its presets and the algorithm box that ``--help`` shows live
-in the torch-free :mod:`rlkit.configs.appo` and are imported here under their old names.
+in the torch-free :mod:`rlkit.configs.appo`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """DAAC (Raileanu & Fergus 2021): networks, learner and :func:`train` (``recipes/daac.py``).
 
 The config (:class:`DAACConfig`), its presets and the algorithm box that ``--help`` shows live
-in the torch-free :mod:`rlkit.configs.daac` and are imported here under their old names.
+in the torch-free :mod:`rlkit.configs.daac`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """IMPALA (Espeholt et al. 2018): networks, learner and :func:`train` (``recipes/impala.py``).
 
-The configs (:class:`VTraceConfig`, :class:`IMPALAConfig`), the presets and the algorithm box
-that ``--help`` shows live in the torch-free :mod:`rlkit.configs.impala` and are imported
-here under their old names.
+The configs (``VTraceConfig``, :class:`IMPALAConfig`), the presets and the algorithm box
+that ``--help`` shows live in the torch-free :mod:`rlkit.configs.impala`.
 """
 
 from __future__ import annotations
@@ -21,10 +20,9 @@ from rlkit.algorithms.onpolicy import (
     policy_optimizer,
 )
 from rlkit.configs import impala as _config
-from rlkit.configs.impala import (  # noqa: F401 (VTraceConfig re-exported)
+from rlkit.configs.impala import (
     PRESETS,
     IMPALAConfig,
-    VTraceConfig,
 )
 from rlkit.data.async_collect import POLICY_LAG, WorkerEnvs, worker_collector_factory
 from rlkit.modules import BatchRewardNorm

@@ -54,9 +54,7 @@ from torch import nn
 
 from rlkit import keys
 from rlkit.algorithms._settings import config_lr_schedule
-
-# the config is torch-free (rlkit.configs.offpolicy); imported here under its old name
-from rlkit.configs.offpolicy import PRIORITY_WEIGHT_NORMS, OffPolicyConfig  # noqa: F401
+from rlkit.configs.offpolicy import OffPolicyConfig
 from rlkit.data.frames import FORMAT as FRAME_REPLAY_FORMAT
 from rlkit.data.frames import FrameReplay
 from rlkit.data.replay import NSTEP_READ, STORED, Replay

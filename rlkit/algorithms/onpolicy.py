@@ -11,8 +11,7 @@ the recipes' ``build`` functions read the config, through the helpers at the end
 :func:`attach_intrinsic_from_config`).
 
 The configs (:class:`PolicyGradientConfig`, :class:`OnPolicyConfig`, :class:`ClipConfig`)
-and :data:`OPTIMIZERS` live in the torch-free :mod:`rlkit.configs.onpolicy` and are imported
-here under their old names.
+and :data:`OPTIMIZERS` live in the torch-free :mod:`rlkit.configs.onpolicy`.
 """
 
 from __future__ import annotations
@@ -26,12 +25,7 @@ from torch import nn
 
 from rlkit import keys
 from rlkit.algorithms._settings import config_lr_schedule, config_optimizer
-from rlkit.configs.onpolicy import (  # noqa: F401 (re-exported)
-    OPTIMIZERS,
-    ClipConfig,
-    OnPolicyConfig,
-    PolicyGradientConfig,
-)
+from rlkit.configs.onpolicy import OnPolicyConfig, PolicyGradientConfig
 from rlkit.data.minibatch import minibatch_indices
 from rlkit.modules.builders import actor_critic_networks
 from rlkit.objectives.functional import explained_variance
@@ -71,6 +65,8 @@ class PolicyGradientLearner(Learner):
             ``{"clip_epsilon": (0.2, 0.0), "entropy_coef": (0.01, 0.0)}``.
         running_advantage_norm: standardise each batch's advantages with running
             statistics (:class:`~rlkit.value.standardizer.RunningStandardizer`, checkpointed).
+        min_episodes, min_steps: a batch holds at least this many finished episodes and
+            frames per rank (more chunks collected until it does; :class:`Learner`).
     """
 
     def __init__(
@@ -91,8 +87,11 @@ class PolicyGradientLearner(Learner):
         obs_norm: nn.Module | None = None,
         loss_schedules: Mapping[str, tuple[float, float]] | None = None,
         running_advantage_norm: bool = False,
+        min_episodes: int | None = None,
+        min_steps: int | None = None,
     ) -> None:
         self.algo = algo
+        self.min_episodes, self.min_steps = min_episodes, min_steps
         self.loss_schedules = dict(loss_schedules or {})
         check_schedules(loss, self.loss_schedules)
         self.actor, self.critic, self.estimator, self.loss = actor, critic, estimator, loss
@@ -474,13 +473,14 @@ def policy_gradient_settings(
     """:class:`PolicyGradientLearner`'s keyword arguments from a config, but the networks,
     estimator, loss and optimiser: ``frames_per_batch`` (``--num-envs`` x
     ``--rollout-steps``), ``--epochs``, ``--minibatch-size``, ``--max-grad-norm``,
-    ``--target-kl``, the ``--lr-schedule``, ``--running-advantage-norm`` and the loss
+    ``--target-kl``, the ``--lr-schedule``, ``--running-advantage-norm``, the batch floor
+    (``--min-episodes``, ``--min-steps``, on the GAE recipes) and the loss
     schedules: ``loss_schedules`` (e.g. the clip range's) and the entropy coefficient's with
     ``--entropy-coef-final``."""
     schedules_ = dict(loss_schedules or {})
     if cfg.entropy_coef_final is not None:
         schedules_["entropy_coef"] = (cfg.entropy_coef, cfg.entropy_coef_final)
-    return dict(
+    settings: dict[str, Any] = dict(
         frames_per_batch=cfg.batch_size,
         epochs=cfg.epochs,
         minibatch_size=cfg.minibatch_size,
@@ -490,6 +490,9 @@ def policy_gradient_settings(
         loss_schedules=schedules_,
         running_advantage_norm=cfg.running_advantage_norm,
     )
+    if isinstance(cfg, OnPolicyConfig):  # the GAE recipes' batch floor
+        settings |= dict(min_episodes=cfg.min_episodes, min_steps=cfg.min_steps)
+    return settings
 
 
 def policy_optimizer(cfg, *modules: nn.Module | None) -> torch.optim.Optimizer:

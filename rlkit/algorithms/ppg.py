@@ -1,7 +1,7 @@
 """PPG (Cobbe et al. 2020): networks, learner and :func:`train`, what ``recipes/ppg.py`` runs.
 
 The config (:class:`PPGConfig`), its presets and the algorithm box that ``--help`` shows live
-in the torch-free :mod:`rlkit.configs.ppg` and are imported here under their old names.
+in the torch-free :mod:`rlkit.configs.ppg`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """PPO (Schulman et al. 2017): networks, learner and :func:`train`, what ``recipes/ppo.py`` runs.
 
 The config (:class:`PPOConfig`), its presets and the algorithm box that ``--help`` shows live
-in the torch-free :mod:`rlkit.configs.ppo` and are imported here under their old names.
+in the torch-free :mod:`rlkit.configs.ppo`.
 """
 
 from __future__ import annotations

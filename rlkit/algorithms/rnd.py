@@ -2,7 +2,7 @@
 runs: ``recipes/ppo.py --intrinsic rnd`` with the paper's weights and RND's own flags.
 
 The config (:class:`RNDConfig`), its presets and the algorithm box that ``--help`` shows live
-in the torch-free :mod:`rlkit.configs.rnd` and are imported here under their old names.
+in the torch-free :mod:`rlkit.configs.rnd`.
 
 Per collected batch ``[N, T]`` (Burda et al. 2018, Algorithm 1), through the shared
 policy-gradient learner (:meth:`~rlkit.algorithms.onpolicy.PolicyGradientLearner.

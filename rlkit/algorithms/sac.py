@@ -1,7 +1,7 @@
 """SAC (Haarnoja et al. 2018): networks, learner and :func:`train`, what ``recipes/sac.py`` runs.
 
 The config (:class:`SACConfig`), its presets and the algorithm box that ``--help`` shows live
-in the torch-free :mod:`rlkit.configs.sac` and are imported here under their old names.
+in the torch-free :mod:`rlkit.configs.sac`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """SVPG (Liu et al. 2017): networks, learner and :func:`train`, what ``recipes/svpg.py`` runs.
 
 The config (:class:`SVPGConfig`), its presets and the algorithm box that ``--help`` shows live
-in the torch-free :mod:`rlkit.configs.svpg` and are imported here under their old names.
+in the torch-free :mod:`rlkit.configs.svpg`.
 """
 
 from __future__ import annotations

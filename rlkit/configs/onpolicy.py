@@ -1,9 +1,6 @@
 """Configs shared by the on-policy recipes, torch-free: the policy-gradient flags, the GAE
-lambda and the clipped-surrogate ranges.
-
-:mod:`rlkit.algorithms.onpolicy` (the learner) imports them back, so
-``rlkit.algorithms.onpolicy.ClipConfig`` and the other names still work.
-"""
+lambda and the clipped-surrogate ranges (the learners in :mod:`rlkit.algorithms.onpolicy`
+take none of them: the recipes' builds read them)."""
 
 from __future__ import annotations
 

@@ -363,8 +363,6 @@ def _read_engine_settings(cfg: TrainConfig) -> None:
     for name in _ENGINE_SETTINGS:
         if name != "init_from" or cfg.eval_only:
             getattr(cfg, name)
-    getattr(cfg, "min_episodes", None)  # batch_floor's
-    getattr(cfg, "min_steps", None)
 
 
 def _unread_message(cfg: TrainConfig, unread: list[str], build: Callable) -> str:
@@ -739,7 +737,7 @@ class Engine:
                 env, learner, seed, counters.frames, rank=rank, world_size=fabric.world_size
             )
         start.collector = batch_floor(
-            cfg, self.make_collector(env, learner, fabric.device, seed=seed), fabric
+            learner, self.make_collector(env, learner, fabric.device, seed=seed), fabric
         )
         # random streams last, after everything built: the run goes on with the streams it
         # had when the checkpoint was written
@@ -899,12 +897,12 @@ class Engine:
             tick = time.perf_counter()
 
 
-def batch_floor(cfg: TrainConfig, collector, fabric):
-    """``collector`` wrapped in :class:`~rlkit.data.collector.EpisodeBatches` when the config
-    sets ``--min-episodes`` or ``--min-steps`` (the GAE recipes'), else as it is. On several
-    ranks the ranks agree after each chunk, so all collect the same number of chunks."""
-    min_episodes = getattr(cfg, "min_episodes", None)
-    min_steps = getattr(cfg, "min_steps", None)
+def batch_floor(learner: Learner, collector, fabric):
+    """``collector`` wrapped in :class:`~rlkit.data.collector.EpisodeBatches` when the learner
+    asks for a floor (``min_episodes`` or ``min_steps``: the GAE recipes' ``--min-episodes``,
+    ``--min-steps``), else as it is. On several ranks the ranks agree after each chunk, so
+    all collect the same number of chunks."""
+    min_episodes, min_steps = learner.min_episodes, learner.min_steps
     if min_episodes is None and min_steps is None:
         return collector
     from rlkit.data.collector import EpisodeBatches

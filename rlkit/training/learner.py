@@ -34,6 +34,11 @@ class Learner:
     #: collect in this process even where the recipe's collector runs worker processes: the
     #: learner's env and collection policy stand for the workers (a population's do)
     collects_in_process: bool = False
+    #: a batch holds at least this many finished episodes (per rank; the collector runs more
+    #: chunks of ``frames_per_batch`` until it does: :class:`rlkit.data.collector.EpisodeBatches`)
+    min_episodes: int | None = None
+    #: ... and at least this many frames (per rank)
+    min_steps: int | None = None
 
     def shared_update(self) -> bool:
         """Whether :meth:`update` is ``prepare``, ``phases`` and ``finish`` (the on-policy

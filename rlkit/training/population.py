@@ -741,6 +741,14 @@ class PopulationLearner(Learner):
     def frames_per_batch(self) -> int:
         return sum(m.frames_per_batch for m in self.members)
 
+    @property
+    def min_episodes(self) -> int | None:  # the shared batch's floor: the members' setting
+        return self.members[0].min_episodes
+
+    @property
+    def min_steps(self) -> int | None:
+        return self.members[0].min_steps
+
     def collect_policy(self) -> nn.Module:
         return self._policy
 
