@@ -52,7 +52,7 @@ class DQNLearner(OffPolicyLearner):
         optimizer: over the Q network's parameters (:func:`dqn_optimizer`).
         action_spec: the env's unbatched action spec.
         epsilon: the exploration schedule after the warm-up
-            (:class:`~rlkit.configs.dqn.EpsilonSchedule`: ``value(progress=, batches=)``).
+            (:class:`~rlkit.training.schedules.EpsilonSchedule`: ``value(progress=, batches=)``).
         total_frames: the frame budget (the epsilon schedule's progress).
         max_grad_norm: gradient clipping norm (0 or None: off).
         priority_weights: the importance weights of prioritized replay the loss must be
