@@ -93,9 +93,14 @@ def _update_both(eager, compiled, batches, total_frames: int) -> tuple[Context, 
     return e_ctx, c_ctx
 
 
+ENTROPY_SCHEDULE = ["--num-envs", "4", "--rollout-steps", "32", "--minibatch-size", "32",
+                    "--entropy-coef", "0.01", "--entropy-coef-final", "0", "--total-frames",
+                    "4096"]  # fmt: skip
+
 ON_POLICY = {
-    # CartPole's preset anneals the clip range: the tensor-hyperparameter path
-    "ppo": ["--num-envs", "4", "--rollout-steps", "32", "--minibatch-size", "32"],
+    # CartPole's preset anneals the clip range, and the entropy coefficient is annealed too:
+    # the tensor-hyperparameter path
+    "ppo": ENTROPY_SCHEDULE,
     # V-trace inside the loss, whole-trajectory minibatches
     "impala": ["--num-envs", "4", "--rollout-steps", "16", "--minibatch-size", "32"],
     # two loss modules: the policy phase and the auxiliary phase
@@ -108,8 +113,12 @@ ON_POLICY = {
 }  # fmt: skip
 
 
+@pytest.mark.slow  # compiling costs 10-60 s per recipe
 @pytest.mark.parametrize("algo", sorted(ON_POLICY))
 def test_compiled_on_policy_updates_match_eager_ones(algo):
+    """PPO's case also keeps an annealed entropy coefficient from recompiling: branches read
+    the coefficient's sign (a Python bool), not the tensor; a comparison with the tensor
+    split the graph and recompiled at every update (26 graphs in 4 updates)."""
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
     cfg, env, eager = _build(algo, ON_POLICY[algo] + ["--total-frames", "4096"])
@@ -130,7 +139,9 @@ def test_compiled_on_policy_updates_match_eager_ones(algo):
         assert compiled.loss.clip_epsilon != cfg.clip_epsilon
         assert isinstance(compiled.loss.clip_epsilon, torch.Tensor)
         assert isinstance(eager.loss.clip_epsilon, float)
+        assert isinstance(compiled.loss.entropy_coef, torch.Tensor)
         assert _graphs() <= 4, _graphs()
+        assert torch._dynamo.utils.counters["graph_break"] == {}
 
 
 OFF_POLICY = {
@@ -145,6 +156,7 @@ OFF_POLICY = {
 }  # fmt: skip
 
 
+@pytest.mark.slow  # compiling costs 10-60 s per recipe
 @pytest.mark.parametrize("algo", sorted(OFF_POLICY))
 def test_compiled_off_policy_updates_match_eager_ones(algo):
     torch._dynamo.reset()
@@ -290,11 +302,6 @@ def test_the_compile_flag_reaches_the_update_loop(tmp_path, monkeypatch):
         assert seen == expected
 
 
-ENTROPY_SCHEDULE = ["--num-envs", "4", "--rollout-steps", "32", "--minibatch-size", "32",
-                    "--entropy-coef", "0.01", "--entropy-coef-final", "0", "--total-frames",
-                    "4096"]  # fmt: skip
-
-
 def test_scheduled_hyperparameters_as_tensors_train_bit_identically(monkeypatch):
     """The tensor form of scheduled hyperparameters (what a compiled loss holds), run eagerly,
     gives the very parameters the float form gives: the same rounding of the clip bounds and
@@ -317,23 +324,6 @@ def test_scheduled_hyperparameters_as_tensors_train_bit_identically(monkeypatch)
     assert isinstance(tensors.loss.clip_epsilon, torch.Tensor)
     assert isinstance(tensors.loss.entropy_coef, torch.Tensor)
     assert isinstance(floats.loss.entropy_coef, float)
-
-
-def test_an_annealed_entropy_coefficient_does_not_recompile():
-    """Branches read the coefficient's sign (a Python bool), not the tensor: a comparison with
-    the tensor split the graph and recompiled at every update (26 graphs in 4 updates)."""
-    torch._dynamo.reset()
-    torch._dynamo.utils.counters.clear()
-    cfg, env, learner = _build("ppo", ENTROPY_SCHEDULE)
-    batches = _batches(cfg, env, learner, 4)
-    env.close()
-    ctx = _ctx(compile=True, total_frames=cfg.total_frames)
-    for batch in batches:
-        learner.update(batch.clone(), ctx)
-        ctx.counters.frames += batch.numel()
-    assert isinstance(learner.loss.entropy_coef, torch.Tensor)
-    assert _graphs() <= 4, _graphs()
-    assert torch._dynamo.utils.counters["graph_break"] == {}
 
 
 def test_clamp_with_tensor_bounds_has_the_float_bounds_values_and_gradient():

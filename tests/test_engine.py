@@ -311,6 +311,9 @@ def test_video_flag_writes_a_gif_of_an_evaluation_episode(ppo, tmp_path):
             "--eval-every",
             "0",
             "--video",
+            # a 30-step episode: encoding the GIF of a 500-step one took 15 s
+            "--max-episode-steps",
+            "30",
             "--run-dir",
             str(tmp_path),
         ]

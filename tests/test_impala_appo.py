@@ -273,6 +273,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow  # a learner process and its workers
 @pytest.mark.parametrize("mode", ["async", "sync"])
 def test_workers_exit_when_the_learner_is_killed(mode):
     """A SIGKILLed learner never runs shutdown(): its workers notice and exit on their own."""

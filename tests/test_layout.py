@@ -13,6 +13,7 @@ import pytest
 from rlkit import algorithms
 
 
+@pytest.mark.slow  # a script's own process
 def test_a_research_script_in_its_own_directory_imports_a_recipe(tmp_path):
     """docs/tutorial.md used importlib.util.spec_from_file_location on recipes/ppo.py."""
     script = tmp_path / "my_study.py"

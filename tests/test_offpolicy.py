@@ -450,11 +450,11 @@ def test_tanh_actor_policy_matches_the_actor():
         TanhActorPolicy(make_actor(env.observation_spec, env.action_spec))
 
 
+# DQN's two-rank run is tests/test_subprocess.py's replay-buffer test, with these flags
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "recipe, args",
     [
-        ("dqn", ["--steps-per-batch", "64", "--learning-starts", "64", "--utd-ratio", "0.25"]),
         (
             "sac",
             [

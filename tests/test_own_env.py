@@ -139,6 +139,7 @@ def subprocess_env(*paths: Path) -> dict[str, str]:
 # --------------------------------------------------------------------------- --env module:id
 
 
+@pytest.mark.slow  # a recipe process
 def test_recipe_trains_an_env_registered_by_a_module_on_the_path(tmp_path):
     site = corridor_package(tmp_path)
     run_dir = tmp_path / "run"

@@ -174,8 +174,8 @@ def test_bootstrap_ci_brackets_the_iqm_and_collapses_for_equal_runs():
 
 # --------------------------------------------------------------------------- the engine
 FLAGS = [
-    "--total-frames", "2048", "--num-envs", "4", "--rollout-steps", "32", "--epochs", "4",
-    "--minibatch-size", "64", "--eval-every", "1024", "--eval-episodes", "3",
+    "--total-frames", "512", "--num-envs", "4", "--rollout-steps", "32", "--epochs", "4",
+    "--minibatch-size", "64", "--eval-every", "256", "--eval-episodes", "3",
     "--progress", "false",
 ]  # fmt: skip
 
@@ -202,9 +202,9 @@ def test_recipe_population_writes_member_rows_and_matches_standalone_runs(tmp_pa
         rows = list(csv.DictReader(f))
     members = [r for r in rows if r["member"]]
     assert sorted({(r["frames"], r["member"]) for r in members}) == [
-        (f, m) for f in ("1024", "2048") for m in ("0", "1")
+        (f, m) for f in ("256", "512") for m in ("0", "1")
     ]
-    finals = {r["member"]: float(r["return_mean"]) for r in members if r["frames"] == "2048"}
+    finals = {r["member"]: float(r["return_mean"]) for r in members if r["frames"] == "512"}
     assert [m["eval_return_mean"] for m in report["members"]] == [finals["0"], finals["1"]]
     with (tmp_path / "pop" / "metrics.csv").open() as f:
         assert {r["member"] for r in csv.DictReader(f)} >= {"0", "1"}
@@ -290,6 +290,9 @@ SYNC = [
 SYNC_SWEEP = ["--sweep", "lr=1e-3,3e-4", "--sweep", "entropy_coef=0.0,0.02"]
 
 
+# ten runs that start two worker processes each; the fast lane keeps a synchronous IMPALA
+# population with two workers per member in test_bounded_mean_and_target_kl_members_match...
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ["impala", "appo"])
 def test_sync_vtrace_members_match_standalone_runs_and_resume_as_they_do(tmp_path, algo):
     """``--sync-collect true`` IMPALA and APPO: four members with four settings (learning rate

@@ -18,7 +18,9 @@ fractional update-to-data credit), this test:
 3. in a fresh Python process: builds env, learner and collector from the same argv, restores
    the checkpoint as a resume does (``_apply`` with the reward normaliser as an extra module,
    then the random streams and the generator, last), loads the batch, runs the same update
-   and records the same things.
+   and records the same things. One interpreter is started for all cases (per xdist
+   worker); it imports torch and the recipes once and forks a process per case from that
+   state, the state of a fresh interpreter (starting one per case cost more than the cases).
 
 Every tensor must be bit-identical (``torch.equal``, same dtype) and every other value equal.
 """
@@ -349,25 +351,75 @@ def _check_coverage(case: str, saved: Mapping[str, Any], after: Mapping[str, Any
         assert 0 < state["credit"] < 1
 
 
+def serve() -> None:
+    """The fresh side of the test: for each line ``<case> <folder>`` read from stdin, run
+    :func:`child` in a process forked from this one, its output in ``<folder>/child.log``,
+    and answer with its exit status. The fork has the state of a fresh interpreter with the
+    imports done: nothing of another case has run in it."""
+    import traceback
+
+    for line in sys.stdin:
+        case, folder = line.rstrip("\n").split(" ", 1)
+        load(CASES[case][0])  # the recipe's modules, imported once
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                log = os.open(Path(folder) / "child.log", os.O_WRONLY | os.O_CREAT, 0o644)
+                os.dup2(log, 1)
+                os.dup2(log, 2)
+                child(case, folder)
+                code = 0
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status), flush=True)
+
+
+@pytest.fixture(scope="module")
+def fresh_process(tmp_path_factory):
+    """Runs a case's resumed side in a fresh process (:func:`serve`); returns its exit
+    status, or why there is none."""
+    import select
+
+    errors = tmp_path_factory.mktemp("serve") / "stderr.txt"
+    with errors.open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "from tests.test_resume_exact import serve; serve()"],
+            cwd=ROOT,
+            env={
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+            },
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
+
+    def run(case: str, folder: Path) -> str:
+        proc.stdin.write(f"{case} {folder}\n")
+        proc.stdin.flush()
+        # the first case waits for the imports too
+        if not select.select([proc.stdout], [], [], 240)[0]:
+            return "none: no answer within 240 s"
+        return proc.stdout.readline().strip() or f"none: {errors.read_text()[-3000:]}"
+
+    yield run
+    proc.stdin.close()
+    proc.wait(timeout=60)
+
+
 @pytest.mark.parametrize("case", list(CASES))
-def test_resumed_update_is_bit_identical(case, tmp_path):
+def test_resumed_update_is_bit_identical(case, tmp_path, fresh_process):
     expected = parent(case, tmp_path)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            f"from tests.test_resume_exact import child; child({case!r}, {str(tmp_path)!r})",
-        ],
-        cwd=ROOT,
-        env={
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        },
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    code = fresh_process(case, tmp_path)
+    log = tmp_path / "child.log"
+    assert code == "0", log.read_text()[-3000:] if log.is_file() else code
     resumed = torch.load(tmp_path / "child.pt", weights_only=True)
 
     # what each case claims to cover is there (and the update moved the parameters)

@@ -94,6 +94,7 @@ def test_default_names_are_unique_within_one_second(ppo, monkeypatch):
     assert all(n.name.startswith("ppo-CartPole-v1-s0-20260101-120000-") for n in names)
 
 
+@pytest.mark.slow  # two recipe processes
 def test_two_launches_in_the_same_second_get_two_directories(tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     args = [*TINY, *QUIET, "--total-frames", "64", "--eval-every", "0"]
@@ -204,6 +205,7 @@ def test_a_read_only_run_dir_is_refused(ppo, tmp_path):
         parent.chmod(0o700)
 
 
+@pytest.mark.slow  # a recipe process (tests/test_subprocess.py keeps one in the fast lane)
 def test_quiet_run_prints_its_directory_evaluations_and_result(tmp_path):
     run_dir = tmp_path / "quiet"
     args = [*TINY, "--eval-episodes", "2", "--total-frames", "128", "--eval-every", "64"]
@@ -215,6 +217,8 @@ def test_quiet_run_prints_its_directory_evaluations_and_result(tmp_path):
             "--progress",
             "false",
             "--video",
+            "--max-episode-steps",  # a short GIF: encoding a 500-step episode took 15 s
+            "30",
             "--run-dir",
             str(run_dir),
         ],
@@ -235,6 +239,10 @@ def test_quiet_run_prints_its_directory_evaluations_and_result(tmp_path):
 
 
 # --------------------------------------------------------------------------- every recipe
+
+#: a time limit for runs that write videos (stored with the run, so a resume keeps it): the
+#: GIF of a 200- or 500-step episode took 5-15 s to encode
+SHORT_EPISODES = ["--max-episode-steps", "30"]
 
 #: per recipe: small flags and the frames of one batch (or a few), so two of them are a run
 RECIPES = {
@@ -261,7 +269,7 @@ def test_every_recipe_resumes_its_stored_run_and_writes_a_video(algo, tmp_path):
     flags, every = RECIPES[algo]
     run_dir = tmp_path / algo
     first = recipe.main(
-        [*QUIET, *flags, "--seed", "3", "--total-frames", str(2 * every)]
+        [*QUIET, *flags, "--seed", "3", "--total-frames", str(2 * every), *SHORT_EPISODES]
         + ["--eval-every", str(every), "--checkpoint-every", str(every), "--run-dir", str(run_dir)]
     )
     folder = run_dir / "checkpoints"
@@ -297,7 +305,7 @@ def test_sac_continuous_video_and_eval_only_video(tmp_path):
     run_dir = tmp_path / "train"
     sac.main(
         [*QUIET, "--env", "Pendulum-v1", "--total-frames", "128", "--learning-starts", "64"]
-        + ["--eval-every", "0", "--video", "--run-dir", str(run_dir)]
+        + ["--eval-every", "0", "--video", *SHORT_EPISODES, "--run-dir", str(run_dir)]
     )
     assert (run_dir / "eval.gif").is_file() and (run_dir / "summary.json").is_file()
     out = tmp_path / "eval"
@@ -355,7 +363,7 @@ def test_video_every_and_log_scalars_false(ppo, tmp_path):
     run_dir = tmp_path / "run"
     ppo.main(
         [*TINY, *QUIET, "--total-frames", "256", "--eval-every", "64", "--video-every", "128"]
-        + ["--log-scalars", "false", "--run-dir", str(run_dir)]
+        + ["--log-scalars", "false", *SHORT_EPISODES, "--run-dir", str(run_dir)]
     )
     videos = sorted(p.name for p in (run_dir / "videos").iterdir())
     assert videos == ["eval_000000000128.gif", "eval_000000000256.gif"]

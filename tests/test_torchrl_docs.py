@@ -41,6 +41,7 @@ def test_the_check_refuses_an_index_actor_on_a_default_gym_env(capsys):
     assert "index actions" in printed and "OneHot(n=2)" in printed and "make_actor" in printed
 
 
+@pytest.mark.slow  # learning runs: each trains CartPole to the bar
 @pytest.mark.parametrize(
     ("block", "name"),
     [

@@ -510,6 +510,7 @@ def test_the_kl_schedule_needs_a_loss_that_reports_approx_kl():
     collector.shutdown()
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_importing_rlkit_leaves_tensordict_and_the_warning_filters_alone():
     """rlkit patched tensordict.base.importlib and installed warning filters on import."""
     code = (
