@@ -73,8 +73,18 @@ def steady(rows: list[tuple[int, float]]) -> tuple[float, float]:
     return fps, seconds - frames / fps
 
 
-def run_case(name: str, seed: int, compile: bool, python: str, timeout: float) -> dict:
-    recipe, flags, frames = CASES[name]
+def run_case(
+    name: str,
+    seed: int,
+    compile: bool,
+    python: str,
+    timeout: float,
+    extra: str = "",
+    frames: int | None = None,
+) -> dict:
+    recipe, flags, default_frames = CASES[name]
+    frames = frames or default_frames
+    flags = f"{flags} {extra}"
     with tempfile.TemporaryDirectory(prefix="rlkit-compile-") as tmp:
         run_dir = Path(tmp) / "run"
         argv = [
@@ -136,12 +146,23 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--python", default=str(REPO_ROOT / ".venv/bin/python"))
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
     p.add_argument("--out", default=str(REPO_ROOT / "benchmarks/results/compile"))
+    p.add_argument("--extra", default="", help="flags added to every run, e.g. '--accelerator gpu'")
+    p.add_argument(
+        "--frames", nargs="+", default=[], metavar="CASE=N",
+        help="frame budgets that replace a case's default, e.g. ppo-cartpole=65536",
+    )  # fmt: skip
     args = p.parse_args(argv)
+    frames = {k: int(v) for k, v in (f.split("=", 1) for f in args.frames)}
     runs = []
     for name in args.cases:
         for seed in args.seeds:
             for compile in (False, True):
-                runs.append(run_case(name, seed, compile, args.python, args.timeout))
+                runs.append(
+                    run_case(
+                        name, seed, compile, args.python, args.timeout, args.extra,
+                        frames.get(name),
+                    )
+                )  # fmt: skip
                 r = runs[-1]
                 print(
                     f"{name} seed {seed} {'compiled' if compile else 'eager   '}: "
@@ -165,7 +186,10 @@ def main(argv: list[str] | None = None) -> None:
             for s in summary
         ],
     )  # fmt: skip
-    cases = "\n".join(f"- `{n}`: `recipes/{CASES[n][0]}.py {CASES[n][1]}`" for n in args.cases)
+    cases = "\n".join(
+        f"- `{n}`: `recipes/{CASES[n][0]}.py {CASES[n][1]} {args.extra}`".rstrip("` ") + "`"
+        for n in args.cases
+    )
     commit = git_commit()
     md = (
         "# `--compile` against eager, same session\n\n"

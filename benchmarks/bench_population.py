@@ -44,11 +44,14 @@ FLAGS = [
 ]  # fmt: skip
 
 
-def _run(python: str, size: int, frames: int, seed: int, threads: int) -> dict:
+def _run(
+    python: str, size: int, frames: int, seed: int, threads: int, extra: list[str] = ()
+) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
         argv = [python, "recipes/ppo.py", *FLAGS, "--total-frames", str(frames)]
         argv += ["--seed", str(seed), "--threads", str(threads), "--run-dir", str(run_dir)]
+        argv += list(extra)
         if size > 1:
             argv += ["--population", str(size)]
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
@@ -73,13 +76,20 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="P = 1, 4 at 2,048 frames; no files")
+    parser.add_argument(
+        "--extra", default="", help="flags added to every run, e.g. '--accelerator gpu'"
+    )
+    parser.add_argument("--out", default=str(RESULTS / "population_ppo"), help="results stem")
     args = parser.parse_args()
     if args.quick:
         args.sizes, args.frames, args.rounds = [1, 4], 2048, 1
     runs = []
     for r in range(args.rounds):
         for size in args.sizes:
-            run = _run(sys.executable, size, args.frames, seed=r, threads=args.threads)
+            run = _run(
+                sys.executable, size, args.frames, seed=r, threads=args.threads,
+                extra=args.extra.split(),
+            )  # fmt: skip
             runs.append(run)
             print(json.dumps(run), flush=True)
 
@@ -120,7 +130,7 @@ def main() -> None:
         "commit": git_commit(REPO_ROOT),
         "host": host_info(),
         "settings": {"frames_per_member": args.frames, "rounds": args.rounds,
-                     "threads": args.threads, "flags": FLAGS},
+                     "threads": args.threads, "flags": FLAGS + args.extra.split()},
         "seeds": list(range(args.rounds)),
         "summary": summary,
         "runs": runs,
@@ -143,7 +153,7 @@ def main() -> None:
             "",
         ]
     )
-    write_results(RESULTS / "population_ppo", payload, markdown)
+    write_results(args.out, payload, markdown)
 
 
 if __name__ == "__main__":
