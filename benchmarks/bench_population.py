@@ -71,7 +71,10 @@ def _run(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 4, 16, 64])
+    parser.add_argument(
+        "--sizes", type=int, nargs="+", default=[1, 4, 16, 64],
+        help="population sizes; P = 1 (the plain recipe, the reference) is always run",
+    )  # fmt: skip
     parser.add_argument("--frames", type=int, default=20480, help="frames per member")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
@@ -83,6 +86,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.sizes, args.frames, args.rounds = [1, 4], 2048, 1
+    args.sizes = sorted(set(args.sizes) | {1})  # every ratio is to P = 1
     runs = []
     for r in range(args.rounds):
         for size in args.sizes:
