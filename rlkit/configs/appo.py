@@ -91,8 +91,10 @@ _PPO_ONLY = ("gae_lambda", "clip_epsilon_final")  # GAE's lambda, the annealed c
 _MUJOCO = {k: v for k, v in ppo._MUJOCO.items() if k not in _PPO_ONLY} | dict(
     vtrace_lambda=0.95, tau=1.0, workers=1, sync_collect=True
 )
-for _task in ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5"):
-    PRESETS[_task] = dict(_MUJOCO)
+# every MuJoCo task and any continuous-control task with no preset of its own
+# (rlkit.configs.suites)
+PRESETS["MuJoCo/*"] = dict(_MUJOCO)
+PRESETS["*:continuous"] = dict(_MUJOCO)
 
 
 #: the config ``recipes/appo.py`` parses (:func:`rlkit.algorithms.recipe`)

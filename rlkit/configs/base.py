@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from rlkit.configs.suites import UNTIMED_SUITES, preset_for, suite_key
+from rlkit.configs.suites import UNTIMED_SUITES, preset_for, preset_name, suite_key
 
 
 def _help(text: str, **kw: Any) -> dict[str, Any]:
@@ -957,7 +957,18 @@ def parse_config(
     untyped = {**_defaults(cls), **preset, **stored}
     changed = [n for n, v in typed.items() if n not in untyped or not _same(v, untyped[n])]
     object.__setattr__(cfg, _TYPED, frozenset(changed))
+    object.__setattr__(cfg, _PRESET, preset_name(presets, env, cls))
     return cfg
+
+
+#: the attribute where :func:`parse_config` keeps what preset applied (:func:`applied_preset`)
+_PRESET = "_applied_preset"
+
+
+def applied_preset(cfg: Any) -> str | None:
+    """What :func:`parse_config` applied to ``cfg`` for its env: ``"preset MuJoCo/*"``,
+    ``"defaults"``, ...; ``None`` for a config built in Python (no preset is looked up)."""
+    return cfg.__dict__.get(_PRESET)
 
 
 # --------------------------------------------------------------------------- typed settings

@@ -28,7 +28,7 @@ from typing import Any
 from rlkit.configs.base import non_negative, positive
 from rlkit.configs.encoders import EncoderConfig
 from rlkit.configs.onpolicy import ClipConfig, IntrinsicConfig
-from rlkit.configs.suites import ATARI_PPO, MINATAR_PPO
+from rlkit.configs.suites import ATARI_PPO, MINATAR_PPO, MUJOCO_PPO, only_fields
 
 #: ``--advantage-target`` choices, the regression targets of the advantage head: the
 #: advantage the surrogate uses, or the raw one (:class:`~rlkit.objectives.DAACLoss`)
@@ -137,6 +137,13 @@ PRESETS: dict[str, dict] = {
 _DAAC_PIXELS = dict(adv_coef=0.25, value_epochs=9, value_freq=1, value_coef=1.0)
 PRESETS["MinAtar/*"] = dict(MINATAR_PPO, **_DAAC_PIXELS)
 PRESETS["ALE/*"] = dict(ATARI_PPO, **_DAAC_PIXELS)
+
+
+# every MuJoCo task and any continuous-control task with no preset of its own
+# (rlkit.configs.suites): PPO's (CleanRL's ppo_continuous_action.py, suites.MUJOCO_PPO) with
+# DAAC's own networks and advantage head at their defaults; not yet measured on MuJoCo
+PRESETS["MuJoCo/*"] = only_fields(MUJOCO_PPO, DAACConfig)
+PRESETS["*:continuous"] = dict(PRESETS["MuJoCo/*"])
 
 
 #: the config ``recipes/daac.py`` parses (:func:`rlkit.algorithms.recipe`)

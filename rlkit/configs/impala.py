@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from rlkit.configs import ppo
 from rlkit.configs.encoders import EncoderConfig
 from rlkit.configs.onpolicy import InitConfig, PolicyGradientConfig
-from rlkit.configs.suites import MINATAR_PPO
+from rlkit.configs.suites import MINATAR_PPO, MUJOCO_PPO, only_fields
 
 
 def worker_seed(seed: int, worker: int) -> int:
@@ -225,6 +225,16 @@ PRESETS["MinAtar/*"] = dict(
     gamma=0.99,
     reduction="sum",
 )
+
+
+# every MuJoCo task and any continuous-control task with no preset of its own
+# (rlkit.configs.suites): APPO's MuJoCo settings (PPO's CleanRL settings with V-trace
+# lambda 0.95 in place of GAE's, synchronous collection on one worker); not yet measured on
+# MuJoCo
+PRESETS["MuJoCo/*"] = only_fields(
+    MUJOCO_PPO, IMPALAConfig, vtrace_lambda=0.95, workers=1, sync_collect=True
+)
+PRESETS["*:continuous"] = dict(PRESETS["MuJoCo/*"])
 
 
 #: the config ``recipes/impala.py`` parses (:func:`rlkit.algorithms.recipe`)

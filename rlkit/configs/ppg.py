@@ -28,7 +28,7 @@ from rlkit.configs import ppo
 from rlkit.configs.base import non_negative, positive
 from rlkit.configs.encoders import EncoderConfig
 from rlkit.configs.onpolicy import ClipConfig, IntrinsicConfig
-from rlkit.configs.suites import MINATAR_PPO
+from rlkit.configs.suites import MINATAR_PPO, MUJOCO_PPO, only_fields
 
 #: ``--arch`` choices: separate policy and value networks, or one trunk
 ARCHS = ("dual", "shared")
@@ -169,6 +169,14 @@ PRESETS["MinAtar/*"] = dict(
     aux_minibatches=256,
     beta_clone=1.0,
 )
+
+
+# every MuJoCo task and any continuous-control task with no preset of its own
+# (rlkit.configs.suites): PPO's (CleanRL's ppo_continuous_action.py, suites.MUJOCO_PPO) with
+# PPG's phases at their defaults; not yet measured on MuJoCo
+PRESETS["MuJoCo/*"] = only_fields(MUJOCO_PPO, PPGConfig)
+PRESETS["*:continuous"] = dict(PRESETS["MuJoCo/*"])
+PRESETS["Pendulum-v1"] = {}  # the defaults, as the docs and tests run it there
 
 
 #: the config ``recipes/ppg.py`` parses (:func:`rlkit.algorithms.recipe`)

@@ -23,7 +23,7 @@ from rlkit.configs.critic import CriticConfig
 from rlkit.configs.encoders import EncoderConfig
 from rlkit.configs.onpolicy import ClipConfig, InitConfig, IntrinsicConfig
 from rlkit.configs.rnd import RNDConfig
-from rlkit.configs.suites import ATARI_PPO, MINATAR_PPO
+from rlkit.configs.suites import ATARI_PPO, MINATAR_PPO, MUJOCO_PPO
 
 
 @dataclass(frozen=True)
@@ -57,11 +57,6 @@ PRESETS: dict[str, dict] = {
         normalize_obs=True,
         target_return=None,
     ),
-    # MuJoCo (pip install -e ".[mujoco]"): CleanRL's ppo_continuous_action.py settings
-    # (benchmark tag pr-424): 1 env x 2048 steps, 10 epochs of 32 minibatches, lr 3e-4
-    # annealed to 0, gamma 0.99, lambda 0.95, clip 0.2 with clipped value loss, no entropy
-    # bonus, gradient norm 0.5, observation and reward normalisation; Gaussian policy with
-    # state-independent log-std, actions clipped to the env's bounds (PRESETS below)
     # also PPG's LunarLander preset (rlkit.configs.ppg adds its phases)
     "LunarLander-v3": dict(
         total_frames=1_000_000,
@@ -77,30 +72,13 @@ PRESETS: dict[str, dict] = {
         target_return=None,
     ),
 }
+_MUJOCO = dict(MUJOCO_PPO)
+# every MuJoCo task (rlkit.configs.suites), and any continuous-control task with no preset of
+# its own (Box2D's BipedalWalker and LunarLanderContinuous, MountainCarContinuous, an id rlkit
+# does not know with Box actions): CleanRL's continuous-control settings, not CartPole's
+PRESETS["MuJoCo/*"] = dict(_MUJOCO)
+PRESETS["*:continuous"] = dict(_MUJOCO)
 # RND-PPO's defaults without the bonus: RND's baseline (written once, in rlkit.configs.rnd)
-_MUJOCO = dict(
-    total_frames=1_000_000,
-    num_envs=1,
-    rollout_steps=2048,
-    epochs=10,
-    minibatch_size=64,
-    lr=3e-4,
-    lr_schedule="linear",
-    gamma=0.99,
-    gae_lambda=0.95,
-    clip_epsilon=0.2,
-    clip_epsilon_final=None,
-    value_clip=0.2,
-    entropy_coef=0.0,
-    value_coef=0.5,
-    max_grad_norm=0.5,
-    normalize_obs=True,
-    normalize_reward=True,
-    eval_every=50_000,
-    target_return=None,
-)
-for _task in ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5"):
-    PRESETS[_task] = dict(_MUJOCO)
 PRESETS["MountainCar-v0"] = {
     name: getattr(RNDConfig(), name)
     for name in (

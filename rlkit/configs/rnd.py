@@ -33,7 +33,7 @@ from typing import Any
 from rlkit.configs.base import in_unit_interval, non_negative, positive
 from rlkit.configs.encoders import EncoderConfig
 from rlkit.configs.onpolicy import ClipConfig, InitConfig
-from rlkit.configs.suites import ATARI_PPO, MINATAR_PPO
+from rlkit.configs.suites import ATARI_PPO, MINATAR_PPO, MUJOCO_PPO, only_fields
 
 
 def _help(text: str, **kw: Any) -> dict[str, Any]:
@@ -136,6 +136,14 @@ _RND_PIXELS = dict(
 )
 PRESETS["MinAtar/*"] = dict(MINATAR_PPO, **_RND_PIXELS, rnd_features=128, rnd_hidden=(128,))
 PRESETS["ALE/*"] = dict(ATARI_PPO, **_RND_PIXELS, rnd_features=512, rnd_hidden=(512,))
+
+
+# every MuJoCo task and any continuous-control task with no preset of its own
+# (rlkit.configs.suites): PPO's (CleanRL's ppo_continuous_action.py, suites.MUJOCO_PPO) with
+# RND's bonus at its defaults; not yet measured on MuJoCo
+PRESETS["MuJoCo/*"] = only_fields(MUJOCO_PPO, RNDConfig)
+PRESETS["*:continuous"] = dict(PRESETS["MuJoCo/*"])
+PRESETS["Pendulum-v1"] = {}  # the defaults, as the docs and tests run it there
 
 
 #: the config ``recipes/rnd.py`` parses (:func:`rlkit.algorithms.recipe`)

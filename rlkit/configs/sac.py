@@ -102,8 +102,11 @@ _MUJOCO = dict(
     eval_every=20_000,
     target_return=None,
 )
-for _task in ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5"):
-    PRESETS[_task] = dict(_MUJOCO)
+# every MuJoCo task and any continuous-control task with no preset of its own
+# (rlkit.configs.suites); Pendulum keeps the defaults, which are tuned and measured there
+PRESETS["MuJoCo/*"] = dict(_MUJOCO)
+PRESETS["*:continuous"] = dict(_MUJOCO)
+PRESETS["Pendulum-v1"] = {}
 
 
 # Discrete SAC on pixels: CleanRL's sac_atari.py (Christodoulou 2019's settings: Adam at 3e-4

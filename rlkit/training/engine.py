@@ -46,6 +46,7 @@ from torch import nn
 from rlkit import _quiet, _speedups
 from rlkit.configs.base import (
     TrainConfig,
+    applied_preset,
     as_flag,
     resume_checkpoint_path,
     start_tracking,
@@ -837,8 +838,10 @@ class Engine:
             _save_config(cfg, run_dir / "config.yaml")
         scored = f", evaluated on {cfg.eval_env}" if cfg.eval_env else ""
         begun = f"resumed at {counters.frames:,} of " if resume_path is not None else ""
+        preset = applied_preset(cfg)
+        preset = f" ({preset})" if preset else ""
         log.progress.message(
-            f"{self.algo} on {cfg.env}{scored}: {begun}{cfg.total_frames:,} frames, seed "
+            f"{self.algo} on {cfg.env}{preset}{scored}: {begun}{cfg.total_frames:,} frames, seed "
             f"{cfg.seed}, {fabric.world_size} process(es), run dir {run_dir}"
         )
         state = _LoopState(
