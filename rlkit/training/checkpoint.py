@@ -156,12 +156,15 @@ def check_archive(path: Path, *, what: str = "checkpoint", remedy: str = "") -> 
     def refuse(problem: str) -> CheckpointError:
         return CheckpointError(f"{what} {name!r} {problem}; {remedy or 'start a new run'}")
 
+    def corrupt(problem: str) -> CheckpointError:
+        return refuse(f"is corrupt or not a safe rlkit {what} ({problem})")
+
     size = path.stat().st_size
     try:
         with open(path, "rb") as f:
             count = _declared_members(f, size)
             if count is None:
-                raise refuse("is corrupt: not a zip archive (torch's format), or truncated")
+                raise corrupt("not a zip archive, torch's format: truncated or another file")
             if count > MAX_MEMBERS:
                 raise refuse(f"declares {count:,} members (at most {MAX_MEMBERS:,})")
             with zipfile.ZipFile(f) as archive:
@@ -171,7 +174,7 @@ def check_archive(path: Path, *, what: str = "checkpoint", remedy: str = "") -> 
     except CheckpointError:
         raise
     except Exception as err:  # BadZipFile (a bad CRC, a bad header), struct.error, OSError...
-        raise refuse(f"is corrupt ({_first_line(err)})") from None
+        raise corrupt(_first_line(err)) from None
 
 
 def _check_members(infos: list[zipfile.ZipInfo], size: int, refuse) -> None:
