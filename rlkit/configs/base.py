@@ -955,12 +955,23 @@ def field_values(data: Mapping[str, Any], cls: type, *, source: str) -> dict[str
 _NEGATIVE_VALUE = re.compile(r"^-(inf|infinity|nan|\d+\.?\d*(e[-+]?\d+)?|\.\d+(e[-+]?\d+)?)$", re.I)
 
 
+#: what argparse itself reads as a negative number (a value, not an option)
+_ARGPARSE_NEGATIVE = re.compile(r"^-\d+$|^-\d*\.\d+$")
+
+
 def _attach_negative_values(argv: list[str]) -> list[str]:
     """``--flag -1e-3`` / ``--flag -inf`` as ``--flag=-1e-3``: argparse reads a token that
-    starts with ``-`` and is not a plain negative decimal as another option."""
+    starts with ``-`` and is not a plain negative decimal as another option. A plain one
+    (``--hidden -1 64``) is left to argparse, which takes it and the values after it."""
     out: list[str] = []
     for token in argv:
-        if out and out[-1].startswith("--") and "=" not in out[-1] and _NEGATIVE_VALUE.match(token):
+        if (
+            out
+            and out[-1].startswith("--")
+            and "=" not in out[-1]
+            and _NEGATIVE_VALUE.match(token)
+            and not _ARGPARSE_NEGATIVE.match(token)
+        ):
             out[-1] = f"{out[-1]}={token}"
         else:
             out.append(token)
