@@ -35,15 +35,16 @@ from rlkit.training.errors import NonFiniteError
 from rlkit.training.population import PopulationLearner
 
 TINY = ["--num-envs", "2", "--rollout-steps", "32", "--minibatch-size", "32", "--epochs", "2"]
-TINY += ["--eval-every", "128", "--eval-episodes", "2", "--progress", "false"]
+TINY += ["--eval-every", "128", "--eval-episodes", "2", "--eval-max-steps", "50"]
+TINY += ["--progress", "false"]
 
 
 def _sweep(tmp_path, name: str, lrs: str) -> tuple[dict, str]:
-    """``ppo.py --sweep lr=LRS --population-seeds 2`` on 256 frames, in process: its
+    """``ppo.py --sweep lr=LRS --population-seeds 2`` on 128 frames, in process: its
     ``population.json`` and stderr."""
     err = io.StringIO()
     run_dir = tmp_path / name
-    argv = [*TINY, "--total-frames", "256", "--sweep", f"lr={lrs}", "--population-seeds", "2"]
+    argv = [*TINY, "--total-frames", "128", "--sweep", f"lr={lrs}", "--population-seeds", "2"]
     handler = logging.StreamHandler(err)  # the population's warnings (stderr otherwise)
     logging.getLogger("rlkit.training.population").addHandler(handler)
     try:

@@ -214,12 +214,9 @@ class PopulationPolicy(nn.Module):
         flags = []
         for i in blocks:
             floats = [v for v in parts[i].values() if v.is_floating_point()]
-            flags.append(
-                torch.stack([torch.isfinite(v).all() for v in floats]).all()
-                if floats
-                else torch.tensor(True)
-            )
-        if not flags:
+            if floats:
+                flags.append(torch.stack([torch.isfinite(v).all() for v in floats]).all())
+        if not flags or len(flags) != len(blocks):  # outputs without a float: nothing to check
             return
         for i, ok in zip(blocks, torch.stack(flags).tolist()):
             if not ok:
