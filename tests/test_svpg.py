@@ -735,7 +735,8 @@ def test_a_corrupt_or_foreign_particle_file_gives_a_clear_error(ppo_run, tmp_pat
         (dict(minibatch_size=16), "--minibatch-size belongs to PPO particles"),
         (dict(particle="ppo", minibatch_size=41), "larger than a particle's batch .* = 40"),
         (dict(particle="ppo", clip_epsilon=0.0), "--clip-epsilon must be > 0"),
-        (dict(particle="trpo"), "--particle 'trpo' is not a particle algorithm"),
+        # the choices of every field are checked first (rlkit.configs.base.check_field_types)
+        (dict(particle="trpo"), "--particle must be one of a2c, ppo, got 'trpo'"),
     ],
 )
 def test_config_refuses_ppo_flags_without_ppo_particles(recipe, kwargs, message):

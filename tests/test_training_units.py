@@ -119,7 +119,7 @@ def test_atomic_save_never_leaves_a_partial_file(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         ckpt.atomic_save({"format": ckpt.FORMAT, "v": torch.zeros(3)}, path)
     monkeypatch.undo()
-    assert torch.equal(ckpt.load(path)["v"], torch.ones(3))  # old file intact
+    assert torch.equal(ckpt.safe_load(path)["v"], torch.ones(3))  # old file intact
     assert [p.name for p in path.parent.iterdir()] == ["last.pt"]  # no temp file left
 
 
@@ -172,7 +172,7 @@ def test_rng_state_round_trip_through_a_safe_checkpoint(tmp_path):
     path = tmp_path / "rng.pt"
     ckpt.atomic_save({"format": ckpt.FORMAT, "rng": ckpt.rng_state()}, path)
     expected = (torch.rand(3), np.random.rand(3), random.random())
-    ckpt.set_rng_state(ckpt.load(path)["rng"])
+    ckpt.set_rng_state(ckpt.safe_load(path)["rng"])
     assert torch.equal(torch.rand(3), expected[0])
     assert np.array_equal(np.random.rand(3), expected[1])
     assert random.random() == expected[2]

@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import datetime
+import functools
 import math
 import re
 import sys
@@ -361,6 +363,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         start_tracking()  # what reads this config from now on (the engine stops it)
+        check_field_types(self)  # whatever the source: flags, a file, a checkpoint, Python
         _positive(self, "total_frames", "num_envs", "eval_episodes", "num_nodes", "threads")
         _positive(self, "log_every", "eval_max_steps", "max_episode_steps")
         parse_env_kwargs(self.env_kwargs)  # refuses a malformed KEY=VALUE here, at parse time
@@ -476,19 +479,17 @@ def _sweep_grid(cfg: Any) -> list[tuple[tuple[str, Any], ...]]:
         return []
     import itertools
 
-    hints = typing.get_type_hints(type(cfg))
+    specs = field_specs(type(cfg))
     axes: list[list[tuple[str, Any]]] = []
     seen: set[str] = set()
     for entry in cfg.sweep:
         name, sep, values = str(entry).partition("=")
         name = name.strip().replace("-", "_")
-        fields = {f.name for f in dataclasses.fields(cfg)}
         if not sep or not values.strip():
             raise ValueError(f"--sweep {entry!r}: write NAME=V1,V2,... (e.g. --sweep lr=1e-4,3e-4)")
-        if name not in fields:
+        if name not in specs:
             raise ValueError(f"--sweep {entry!r}: {type(cfg).__name__} has no setting {name!r}")
-        tp, _ = _base_type(hints[name])
-        if name in _NOT_SWEPT or tp not in (float, bool):
+        if name in _NOT_SWEPT or specs[name].kind not in (float, bool):
             raise ValueError(
                 f"--sweep {name}: only float and bool settings that leave tensor shapes alone "
                 "can be swept (lr, clip_epsilon, entropy_coef, gamma, ...); seeds come from "
@@ -497,11 +498,11 @@ def _sweep_grid(cfg: Any) -> list[tuple[tuple[str, Any], ...]]:
         if name in seen:
             raise ValueError(f"--sweep {name} is given twice: list all its values in one entry")
         seen.add(name)
-        convert = _converter(tp, True)
-        try:
-            axes.append([(name, convert(v.strip())) for v in values.split(",")])
-        except (ValueError, argparse.ArgumentTypeError) as err:
-            raise ValueError(f"--sweep {entry!r}: {err}") from None
+        try:  # each value as the flag typed with it would give it
+            axis = [(name, value_from_text(specs[name], v.strip())) for v in values.split(",")]
+            axes.append(axis)
+        except FieldValueError as err:
+            raise ValueError(f"--sweep {entry!r}: {name}: {err}") from None
     return [tuple(combo) for combo in itertools.product(*axes)]
 
 
@@ -601,7 +602,15 @@ def in_unit_interval(cfg: Any, *names: str, closed_low: bool = True) -> None:
             raise ValueError(f"{flag} must be in {bracket}0, 1], got {value}")
 
 
-# --------------------------------------------------------------------------- parsing
+# --------------------------------------------------------------------------- field values
+#
+# One validation path for every source of settings. A value typed as a flag, written in a
+# ``--config`` file, stored in a checkpoint being resumed or listed in a ``--sweep`` becomes
+# a field's value through the functions below (:func:`value_from_text`,
+# :func:`value_from_tokens`, :func:`value_from_data`): the same types and choices, and a
+# refusal that names the field, whatever the source. Ranges and cross-field rules are the
+# config's own ``__post_init__``, which every source reaches with values of the right type
+# (:func:`check_field_types` refuses any other, a config built in Python included).
 
 
 def _base_type(tp: Any) -> tuple[Any, bool]:
@@ -613,33 +622,193 @@ def _base_type(tp: Any) -> tuple[Any, bool]:
     return tp, False
 
 
+class FieldValueError(ValueError):
+    """A value that field :attr:`FieldSpec.name` does not take; the message names no field
+    (the caller says which, and from which source)."""
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """What values a config field takes: ``kind`` (bool, int, float, str or tuple), the
+    ``item`` type of a tuple field, whether ``None`` is allowed (``optional``), the
+    ``choices`` of a str field, and whether a tuple field keeps each item whole (``whole``:
+    ``--env-kwargs``, ``--sweep``) instead of splitting it on commas and spaces."""
+
+    name: str
+    kind: Any
+    item: Any = None
+    optional: bool = False
+    choices: tuple[str, ...] | None = None
+    whole: bool = False
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def expected(self) -> str:
+        """What the field takes, in words: ``a float``, ``true or false``, ..."""
+        if self.kind is bool:
+            text = "true or false"
+        elif self.kind is tuple:
+            text = f"a list of {self.item.__name__}"
+        elif self.choices is not None:
+            text = "one of " + ", ".join(self.choices)
+        else:
+            text = {int: "an int", float: "a float", str: "text"}.get(self.kind, "a value")
+        return f"{text} or none" if self.optional else text
+
+
+@functools.cache
+def field_specs(cls: type) -> dict[str, FieldSpec]:
+    """:class:`FieldSpec` of every field of config class ``cls``, by name."""
+    hints = typing.get_type_hints(cls)
+    specs = {}
+    for f in dataclasses.fields(cls):
+        tp, optional = _base_type(hints[f.name])
+        meta = field_metadata(cls, f.name)
+        choices = tuple(meta["choices"]) if "choices" in meta else None
+        if typing.get_origin(tp) is tuple:
+            item = typing.get_args(tp)[0]
+            spec = FieldSpec(f.name, tuple, item, optional, whole=bool(meta.get("extend")))
+        else:
+            spec = FieldSpec(f.name, tp, optional=optional, choices=choices)
+        specs[f.name] = spec
+    return specs
+
+
 def _parse_bool(text: str) -> bool:
-    lowered = text.lower()
+    lowered = text.strip().lower()
     if lowered in ("1", "true", "yes", "on"):
         return True
     if lowered in ("0", "false", "no", "off"):
         return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    raise FieldValueError(f"expected true or false, got {text!r}")
 
 
-def _converter(tp: Any, optional: bool):
-    def convert(text: str):
-        if optional and text.lower() in ("none", "null"):
-            return None
-        if tp is bool:
-            return _parse_bool(text)
-        if typing.get_origin(tp) is tuple:
-            item = typing.get_args(tp)[0]
-            try:
-                return [item(x) for x in text.replace(",", " ").split()]
-            except ValueError:
-                raise argparse.ArgumentTypeError(
-                    f"expected {item.__name__} values, got {text!r}"
-                ) from None
+def _is_none(text: str) -> bool:
+    return text.strip().lower() in ("none", "null")
+
+
+def value_from_text(spec: FieldSpec, text: str) -> Any:
+    """The value ``--flag TEXT`` gives field ``spec`` (``none`` or ``null``: None, where the
+    field is optional). Raises :class:`FieldValueError`."""
+    if spec.optional and _is_none(text):
+        return None
+    if spec.kind is tuple:
+        return value_from_tokens(spec, [text])
+    if spec.kind is bool:
+        return _parse_bool(text)
+    if spec.kind in (int, float):
         try:
-            return tp(text)
+            return spec.kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {tp.__name__}, got {text!r}") from None
+            raise FieldValueError(f"expected {spec.kind.__name__}, got {text!r}") from None
+    if spec.choices is not None and text not in spec.choices:
+        choices = ", ".join(repr(c) for c in spec.choices)
+        raise FieldValueError(f"invalid choice: {text!r} (choose from {choices})")
+    return text
+
+
+def value_from_tokens(spec: FieldSpec, tokens: Sequence[str]) -> Any:
+    """The value ``--flag T1 T2 ...`` gives tuple field ``spec``: the items of every token
+    (``64 64`` and ``64,64`` alike), each token kept whole for ``--env-kwargs`` / ``--sweep``;
+    a lone ``none`` is None where the field is optional."""
+    if spec.optional and any(_is_none(t) for t in tokens):
+        if len(tokens) > 1:
+            raise FieldValueError("'none' stands alone")
+        return None
+    if spec.whole:
+        return tuple(tokens)
+    items = []
+    for token in tokens:
+        for part in token.replace(",", " ").split():
+            try:
+                items.append(spec.item(part))
+            except ValueError:
+                raise FieldValueError(
+                    f"expected {spec.item.__name__} values, got {token!r}"
+                ) from None
+    return tuple(items)
+
+
+def _as_text(value: Any, spec: FieldSpec) -> str:
+    """A scalar of a config file or a checkpoint as it would be typed as a flag."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)  # round-trips: 1e-05, nan, inf, -inf
+    if isinstance(value, (int, str)):
+        return str(value)
+    if value is None:
+        return "none"
+    if isinstance(value, datetime.date):  # YAML reads 2024-01-01 as a date: the text typed
+        return value.isoformat()
+    what = "a list" if isinstance(value, (list, tuple)) else f"a {type(value).__name__}"
+    raise FieldValueError(f"expected {spec.expected}, got {what} ({value!r})")
+
+
+def value_from_data(spec: FieldSpec, value: Any) -> Any:
+    """The value a config file or a checkpoint's stored settings give field ``spec``: what
+    the flag typed as that value would give (``true`` is not a number, ``1.5`` not an int,
+    ``fast`` not a float), with None only where the field is optional and a list only for a
+    list field. Raises :class:`FieldValueError`."""
+    if value is None:
+        if spec.optional:
+            return None
+        raise FieldValueError(f"expected {spec.expected}, got null (the setting is not optional)")
+    if isinstance(value, (list, tuple)):
+        if spec.kind is not tuple:
+            raise FieldValueError(f"expected {spec.expected}, got a list ({list(value)!r})")
+        if any(isinstance(v, (list, tuple, Mapping)) for v in value):
+            raise FieldValueError(f"expected {spec.expected}, got a nested list ({list(value)!r})")
+        return value_from_tokens(spec, [_as_text(v, spec) for v in value])
+    return value_from_text(spec, _as_text(value, spec))
+
+
+def _conforms(spec: FieldSpec, value: Any) -> bool:
+    if value is None:
+        return spec.optional
+    if spec.kind is tuple:
+        return isinstance(value, tuple) and all(_is_a(spec.item, v) for v in value)
+    if not _is_a(spec.kind, value):
+        return False
+    return spec.choices is None or value in spec.choices
+
+
+def _is_a(kind: Any, value: Any) -> bool:
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is float:  # an int is a float's value; a bool is not a number
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind) if isinstance(kind, type) else True
+
+
+def check_field_types(cfg: Any) -> None:
+    """Raise a ValueError naming the flag when a field of ``cfg`` holds a value of another
+    type than its annotation's (a bool for a number, None for a setting that is not
+    optional, a list for a tuple) or a str outside its ``choices``: a config built in Python
+    gets the refusal that a flag, a config file or a checkpoint would."""
+    values = cfg.__dict__  # not getattr: a check is no read (track_reads)
+    for name, spec in field_specs(type(cfg)).items():
+        value = values[name]
+        if not _conforms(spec, value):
+            raise ValueError(f"{spec.flag} must be {spec.expected}, got {value!r}")
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _converter(spec: FieldSpec):
+    """argparse's ``type`` of a scalar flag: :func:`value_from_text`."""
+
+    def convert(text: str):
+        try:
+            return value_from_text(spec, text)
+        except FieldValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
 
     return convert
 
@@ -664,36 +833,41 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser(cls: type, *, description: str | None = None) -> argparse.ArgumentParser:
-    """An argparse parser with one ``--flag`` per dataclass field of ``cls``."""
+    """An argparse parser with one ``--flag`` per dataclass field of ``cls``. A tuple flag's
+    tokens come back as a list of str (:func:`parse_config` converts them with
+    :func:`value_from_tokens`)."""
     parser = _Parser(
         description=description or (cls.__doc__ or "").strip(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
-    hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
-        tp, optional = _base_type(hints[f.name])
-        flag = "--" + f.name.replace("_", "-")
+        spec = field_specs(cls)[f.name]
         meta = field_metadata(cls, f.name)
         kwargs: dict[str, Any] = {
             "dest": f.name,
             "default": argparse.SUPPRESS,
             "help": meta.get("help", "") + f" (default: {f.default!r})",
-            "type": _converter(tp, optional),
+            "type": _converter(spec),
         }
-        if "choices" in meta:
-            kwargs["choices"] = meta["choices"]
-        if typing.get_origin(tp) is tuple:
+        if spec.choices is not None:
+            kwargs["choices"] = spec.choices
+        if spec.kind is tuple:
             kwargs["nargs"] = "+"
-            if meta.get("extend"):  # repeated flags add up; each value kept whole
+            kwargs["type"] = str
+            if spec.whole:  # repeated flags add up; each value kept whole
                 kwargs["action"] = "extend"
-                kwargs["type"] = str
-        if tp is bool:
+        if spec.kind is bool:
             kwargs["nargs"] = "?"
             kwargs["const"] = True
             kwargs["metavar"] = "BOOL"
-        parser.add_argument(flag, **kwargs)
+        parser.add_argument(flag_name(f.name), **kwargs)
     return parser
+
+
+def flag_name(name: str) -> str:
+    """``value_lr`` -> ``--value-lr``."""
+    return "--" + name.replace("_", "-")
 
 
 #: Settings of where and how a process runs. They are never taken from a ``--config`` file
@@ -761,28 +935,43 @@ def _load_yaml(path: str, cls: type) -> dict[str, Any]:
         raise ValueError(f"--config {path!r}: unknown keys {unknown}; see --help for the flags")
     # launch settings are typed, not replayed (a run's config.yaml names its own run_dir)
     data = {k: v for k, v in data.items() if k not in LAUNCH_FIELDS}
-    return _as_field_types(data, cls)
+    return field_values(data, cls, source=f"--config {path!r}")
 
 
-def _as_field_types(data: dict[str, Any], cls: type) -> dict[str, Any]:
-    """YAML/JSON lists back to tuples for ``cls``'s tuple fields (``hidden: [64, 64]``)."""
-    hints = typing.get_type_hints(cls)
-    for name, value in list(data.items()):
-        tp, _ = _base_type(hints[name])
-        if typing.get_origin(tp) is tuple and isinstance(value, list):
-            data[name] = tuple(value)
-    return data
+def field_values(data: Mapping[str, Any], cls: type, *, source: str) -> dict[str, Any]:
+    """``data`` (settings of ``cls`` read from a config file or a checkpoint) as the fields'
+    values, each converted as the flag typed with that value would be
+    (:func:`value_from_data`); raises a one-line ValueError naming ``source`` and the field."""
+    specs = field_specs(cls)
+    out = {}
+    for name, value in data.items():
+        try:
+            out[name] = value_from_data(specs[name], value)
+        except FieldValueError as err:
+            raise ValueError(f"{source} sets {name}: {err}") from None
+    return out
 
 
 _NEGATIVE_VALUE = re.compile(r"^-(inf|infinity|nan|\d+\.?\d*(e[-+]?\d+)?|\.\d+(e[-+]?\d+)?)$", re.I)
 
 
+#: what argparse itself reads as a negative number (a value, not an option)
+_ARGPARSE_NEGATIVE = re.compile(r"^-\d+$|^-\d*\.\d+$")
+
+
 def _attach_negative_values(argv: list[str]) -> list[str]:
     """``--flag -1e-3`` / ``--flag -inf`` as ``--flag=-1e-3``: argparse reads a token that
-    starts with ``-`` and is not a plain negative decimal as another option."""
+    starts with ``-`` and is not a plain negative decimal as another option. A plain one
+    (``--hidden -1 64``) is left to argparse, which takes it and the values after it."""
     out: list[str] = []
     for token in argv:
-        if out and out[-1].startswith("--") and "=" not in out[-1] and _NEGATIVE_VALUE.match(token):
+        if (
+            out
+            and out[-1].startswith("--")
+            and "=" not in out[-1]
+            and _NEGATIVE_VALUE.match(token)
+            and not _ARGPARSE_NEGATIVE.match(token)
+        ):
             out[-1] = f"{out[-1]}={token}"
         else:
             out.append(token)
@@ -817,14 +1006,17 @@ def _stored_config(path: str | Path, cls: type, read: ReadCheckpoint | None) -> 
     stored = read(Path(path))
     if not isinstance(stored, Mapping):
         return {}
-    return stored_fields(stored, cls)
+    return stored_fields(stored, cls, source=f"the checkpoint {str(path)!r}")
 
 
-def stored_fields(stored: Mapping[str, Any], cls: type) -> dict[str, Any]:
+def stored_fields(
+    stored: Mapping[str, Any], cls: type, *, source: str = "the checkpoint"
+) -> dict[str, Any]:
     """A stored config (a checkpoint's ``config``) restricted to ``cls``'s fields, without
-    launch settings, with values converted to the fields' types."""
+    launch settings, with values converted to the fields' types as a flag's would be
+    (:func:`field_values`: a value of another type is refused, naming the field)."""
     names = {f.name for f in dataclasses.fields(cls)} - LAUNCH_FIELDS
-    return _as_field_types({k: v for k, v in stored.items() if k in names}, cls)
+    return field_values({k: v for k, v in stored.items() if k in names}, cls, source=source)
 
 
 def _resumed_config(path: str | Path, cls: type, read: ReadCheckpoint | None) -> dict[str, Any]:
@@ -881,6 +1073,12 @@ def _refuse_changes(typed: Mapping[str, Any], stored: Mapping[str, Any], path: P
         )
 
 
+@functools.lru_cache(maxsize=64)
+def _parser(cls: type, description: str | None) -> argparse.ArgumentParser:
+    """:func:`build_parser`, built once per config class (building one costs ~10 ms)."""
+    return build_parser(cls, description=description)
+
+
 def parse_config(
     cls: type,
     argv: Sequence[str] | None = None,
@@ -910,39 +1108,30 @@ def parse_config(
     layer imports none): :func:`rlkit.training.parse_config` passes the engine's reader, and is
     what recipes and scripts call.
     """
-    parser = build_parser(cls, description=description)
+    parser = _parser(cls, description)
     argv = _attach_negative_values(sys.argv[1:] if argv is None else list(argv))
     args = vars(parser.parse_args(argv))
+    specs = field_specs(cls)
     for name, value in args.items():  # "--hidden 64 64" and "--hidden 64,64" alike
         if isinstance(value, list):
-            if any(part is None for part in value):  # "--adv-hidden none"
-                if len(value) > 1:
-                    parser.error(f"--{name.replace('_', '-')}: 'none' stands alone")
-                args[name] = None
-            else:  # each part a list of items, or one whole string (--sweep)
-                args[name] = tuple(
-                    x for part in value for x in ([part] if isinstance(part, str) else part)
-                )
+            try:
+                args[name] = value_from_tokens(specs[name], value)
+            except FieldValueError as err:
+                parser.error(f"argument {specs[name].flag}: {err}")
     typed: dict[str, Any] = {}
-    if args.get("config"):
-        try:
+    try:
+        if args.get("config"):
             typed.update(_load_yaml(args["config"], cls))
-        except (OSError, ValueError) as err:
-            parser.error(str(err))
-    typed.update(args)
-    stored: dict[str, Any] = {}
-    if typed.get("resume") and not typed.get("eval_only"):
-        try:
+        typed.update(args)
+        stored: dict[str, Any] = {}
+        if typed.get("resume") and not typed.get("eval_only"):
             path = resume_checkpoint_path(typed["resume"], typed.get("run_dir"))
-        except ValueError as err:
-            parser.error(str(err))
-        stored = _resumed_config(path, cls, read_checkpoint)
-        try:
+            stored = _resumed_config(path, cls, read_checkpoint)
             _refuse_changes(typed, stored, path)
-        except ValueError as err:
-            parser.error(str(err))
-    elif typed.get("eval_only") and typed.get("init_from"):
-        stored = _stored_config(typed["init_from"], cls, read_checkpoint)
+        elif typed.get("eval_only") and typed.get("init_from"):
+            stored = _stored_config(typed["init_from"], cls, read_checkpoint)
+    except (OSError, ValueError) as err:
+        parser.error(str(err))
     env_default = next(f.default for f in dataclasses.fields(cls) if f.name == "env")
     env = typed.get("env", stored.get("env", env_default))
     preset = preset_for(presets, env, cls)  # the id's own, else its suite's (MinAtar/*, ALE/*)

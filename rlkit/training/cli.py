@@ -32,16 +32,43 @@ from rlkit.training.errors import (
 )
 
 
-def stored_settings(path: Path) -> Mapping[str, Any] | None:
+def stored_settings(path: Path, *, cls: type | None = None) -> Mapping[str, Any] | None:
     """The run settings a checkpoint stores (its ``config``), or None when the file cannot be
     read (the engine names the problem with the file later, after the flags are checked).
-    Imports torch: only a resume or ``--eval-only --init-from`` reads a checkpoint here."""
+    With ``cls``, settings that are not valid values of ``cls``'s fields in a checkpoint of
+    another algorithm than ``cls``'s are refused as that (its algorithm, not a setting, is
+    the problem). Imports torch: only a resume or ``--eval-only --init-from`` reads a
+    checkpoint here."""
     from rlkit.training import checkpoint as ckpt
 
     try:
-        return ckpt.load(path).get("config")
+        payload = ckpt.load(path)
     except ckpt.CheckpointError:
         return None
+    stored = payload.get("config")
+    if cls is not None and isinstance(stored, Mapping):
+        try:
+            _config.stored_fields(stored, cls)
+        except ValueError:  # parse_config refuses the setting, unless the algorithm differs
+            algo = _algorithm_of(cls)
+            if algo is not None:
+                ckpt.check_compatible(payload, algo=algo, path=path)
+    return stored
+
+
+def _algorithm_of(cls: type) -> str | None:
+    """The algorithm whose config ``cls`` is or extends (the nearest in its MRO of the
+    ``CONFIG`` of :mod:`rlkit.configs.<name>`); None for a config of none."""
+    from rlkit.configs import NAMES
+
+    found: tuple[int, str] | None = None
+    for name in NAMES:
+        config = importlib.import_module(f"rlkit.configs.{name}").CONFIG
+        if config in cls.__mro__:
+            depth = cls.__mro__.index(config)
+            if found is None or depth < found[0]:
+                found = (depth, name)
+    return found[1] if found else None
 
 
 def parse_config(
@@ -54,8 +81,12 @@ def parse_config(
     """:func:`rlkit.configs.base.parse_config` (defaults, presets, ``--config`` YAML, flags,
     validation) with the engine's checkpoint reader, so ``--resume`` continues the stored run's
     settings: what recipes and research scripts call."""
+
+    def read(path: Path) -> Mapping[str, Any] | None:
+        return stored_settings(path, cls=cls)
+
     return _config.parse_config(
-        cls, argv, presets=presets, description=description, read_checkpoint=stored_settings
+        cls, argv, presets=presets, description=description, read_checkpoint=read
     )
 
 

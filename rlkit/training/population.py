@@ -29,8 +29,14 @@ the engine as one learner:
 * **ranks**: with ``W`` ranks, rank ``r`` holds members ``[r P/W, (r + 1) P/W)``
   (:func:`rank_members`) and nothing of a member crosses ranks (no gradient all-reduce, no
   shared statistics); :class:`PopulationReport` gathers their rows on rank 0;
-* **divergence**: a member whose gradient turns non-finite is stopped (it keeps its last
-  good parameters and is reported); the others go on.
+* **divergence**: a member is stopped wherever its divergence shows, with one line (a
+  warning on stderr) and a reason in ``population.json``, and the others go on unchanged:
+  non-finite outputs of its policy while collecting (its rows then act with a placeholder,
+  :class:`PopulationPolicy`; its evaluation return is NaN), a non-finite value, advantage or
+  target from its estimator, a non-finite loss or gradient, or non-finite parameters after
+  its update (it gets back the parameters it had before that update, so a checkpoint holds
+  only finite ones). A stopped member keeps its last good parameters. When every member has
+  stopped the run stops (:class:`~rlkit.training.errors.NonFiniteError`, exit status 3).
 
 Member ``i`` of a population and a standalone run with the same seed and settings end at the
 same parameters (``tests/test_population.py``: within 1e-5 after three batches, four members
@@ -55,6 +61,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
+from rlkit import keys
 from rlkit.configs.base import population_env_options
 from rlkit.modules import direct
 from rlkit.training import checkpoint as ckpt
@@ -131,14 +138,34 @@ class _MemberRNG:
 
 class PopulationPolicy(nn.Module):
     """The collection policy of a population: member ``i``'s actor on rows ``[i N, (i+1) N)``,
-    sampling from the member's own random stream."""
+    sampling from the member's own random stream.
 
-    def __init__(self, actors: Sequence[nn.Module], rngs: Sequence[_MemberRNG]):
+    A member whose actor gives non-finite outputs (logits, actions: its parameters diverged,
+    or its observations did) is stopped there, in the step, and from then on its rows get a
+    placeholder (another member's outputs for a general actor; uniform logits, sampled in the
+    member's own stream, for a categorical one): the other members' rows, streams and actions
+    are what they would be without it (:class:`PopulationLearner` shares its ``stopped`` and
+    ``unplayable`` with this policy)."""
+
+    def __init__(
+        self,
+        actors: Sequence[nn.Module],
+        rngs: Sequence[_MemberRNG],
+        owners: Sequence[int] | None = None,
+    ):
         super().__init__()
         self.actors = nn.ModuleList(actors)
         self.rngs = list(rngs)
         self.in_keys = list(actors[0].in_keys)
         self.out_keys = list(actors[0].out_keys)
+        #: the member each block of rows belongs to (a member collecting with W worker streams
+        #: has W blocks)
+        self.owners = list(range(len(actors))) if owners is None else list(owners)
+        #: the population's stopped members and those whose policy gives non-finite outputs
+        #: (:class:`PopulationLearner` replaces both with its own, shared)
+        self.stopped: dict[int, str] = {}
+        self.unplayable: set[int] = set()
+        self.stop_member = lambda i, why: self.stopped.setdefault(i, why)
 
     @contextlib.contextmanager
     def fork_streams(self) -> Iterator[None]:
@@ -155,23 +182,73 @@ class PopulationPolicy(nn.Module):
         merged = self._categorical(td)
         if merged is None:
             n = td.shape[0] // len(self.actors)  # training rows or evaluation episodes
-            parts: list[dict[str, torch.Tensor]] = []
+            parts: list[dict[str, torch.Tensor] | None] = []
             for i, (actor, rng) in enumerate(zip(self.actors, self.rngs)):
+                if self.owners[i] in self.unplayable:
+                    parts.append(None)
+                    continue
                 rows = td[i * n : (i + 1) * n]
-                with rng:
-                    out = direct.actor_sample(actor, rows)
-                    if out is None:
-                        out = actor(rows.select(*self.in_keys)).select(*self.out_keys).to_dict()
+                try:
+                    with rng:
+                        out = direct.actor_sample(actor, rows)
+                        if out is None:
+                            out = actor(rows.select(*self.in_keys))
+                            out = out.select(*self.out_keys).to_dict()
+                except (ValueError, RuntimeError) as err:  # a distribution refusing NaN
+                    self._diverged(i, f"its policy failed ({_first_line(err)})")
+                    out = None
                 parts.append(out)
-            merged = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+            self._check_finite(parts)
+            merged = self._fill(parts)
         td.update(merged)
         return td
+
+    def _diverged(self, block: int, why: str) -> None:
+        member = self.owners[block]
+        self.unplayable.add(member)
+        self.stop_member(member, why)
+
+    def _check_finite(self, parts: list[dict[str, torch.Tensor] | None]) -> None:
+        """Stop the members whose outputs hold a NaN or an infinity (one host transfer)."""
+        blocks = [i for i, p in enumerate(parts) if p is not None]
+        flags = []
+        for i in blocks:
+            floats = [v for v in parts[i].values() if v.is_floating_point()]
+            if floats:
+                flags.append(torch.stack([torch.isfinite(v).all() for v in floats]).all())
+        if not flags or len(flags) != len(blocks):  # outputs without a float: nothing to check
+            return
+        for i, ok in zip(blocks, torch.stack(flags).tolist()):
+            if not ok:
+                part = parts[i]
+                bad = next(
+                    k for k, v in part.items() if v.is_floating_point() and not v.isfinite().all()
+                )
+                self._diverged(i, f"non-finite {bad} of its policy")
+                parts[i] = None
+
+    def _fill(self, parts: list[dict[str, torch.Tensor] | None]) -> dict[str, torch.Tensor]:
+        """The blocks' outputs as one, a stopped member's block filled with another's."""
+        template = next((p for p in parts if p is not None), None)
+        if template is None:
+            self._all_diverged()
+        filled = [
+            p if p is not None else {k: v.clone() for k, v in template.items()} for p in parts
+        ]
+        return {k: torch.cat([p[k] for p in filled]) for k in filled[0]}
+
+    def _all_diverged(self):
+        raise NonFiniteError(
+            "every member of the population diverged (non-finite policy outputs): "
+            + "; ".join(f"member {i}: {why}" for i, why in sorted(self.stopped.items()))
+        )
 
     def _categorical(self, td: TensorDictBase) -> dict[str, torch.Tensor] | None:
         """Categorical members in one distribution: each member's network on its rows, one
         ``Categorical`` over all rows (row-wise the same normalisation and probabilities as a
         member's own), then ``torch.multinomial`` on each member's rows in its random stream,
-        exactly what ``Categorical.sample`` runs; ``None`` for any other kind of actor."""
+        exactly what ``Categorical.sample`` runs; ``None`` for any other kind of actor. A
+        member whose logits are not finite is stopped and its rows get uniform logits."""
         plans = [direct.sampling_plan(a) for a in self.actors]
         if any(p is None or p.dist_class is not torch.distributions.Categorical for p in plans):
             return None
@@ -182,6 +259,14 @@ class PopulationPolicy(nn.Module):
             outs = [p.params.outputs(td[i * n : (i + 1) * n]) for i, p in enumerate(plans)]
         except direct.PlanMismatch:
             return None
+        finite = torch.stack([torch.isfinite(o[key]).all() for o in outs]).tolist()
+        for i, ok in enumerate(finite):
+            if not ok and self.owners[i] not in self.unplayable:
+                self._diverged(i, f"non-finite {key} of its policy")
+            if self.owners[i] in self.unplayable:
+                outs[i] = {k: torch.zeros_like(v) for k, v in outs[i].items()}
+        if len(self.unplayable) == len(set(self.owners)):
+            self._all_diverged()
         dist = torch.distributions.Categorical(logits=torch.cat([o[key] for o in outs]))
         probs = dist.probs
         actions = []
@@ -193,6 +278,12 @@ class PopulationPolicy(nn.Module):
         merged = {k: torch.cat([o[k] for o in outs]) for k in outs[0]}
         merged[sample_key], merged[log_prob_key] = action, dist.log_prob(action)
         return merged
+
+
+def _first_line(err: BaseException, limit: int = 120) -> str:
+    text = (str(err).strip().splitlines() or [""])[0]
+    text = f"{type(err).__name__}: {text}" if text else type(err).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class _Networks(nn.Module):
@@ -570,9 +661,10 @@ class _Phase:
         for j, (i, value) in enumerate(zip(checked, values)):
             loss = values[len(checked) + j]
             if not (math.isfinite(value) and math.isfinite(loss)):
-                self.population.stopped[i] = (
+                self.population.stop(
+                    i,
                     f"non-finite loss or gradient (loss {loss:.4g}, gradient norm "
-                    f"{value}) at {self.ctx.counters.frames:,} frames"
+                    f"{value}) at {self.ctx.counters.frames:,} frames",
                 )
                 self._drop(i)
                 continue
@@ -688,13 +780,22 @@ class PopulationLearner(Learner):
         blocks = {1 if w is None else len(w) for w in worker_seeds or [None]}
         if len(blocks) != 1:  # the policy splits the rows into equal blocks
             raise ValueError("every member must collect with the same number of workers")
-        self._policy = PopulationPolicy(block_actors, self.collect_rngs)
+        owners = [i for i, actor in enumerate(actors) for a in block_actors if a is actor]
+        self._policy = PopulationPolicy(block_actors, self.collect_rngs, owners)
         #: one block per member (evaluation plays each member's episodes in one block)
         self._member_policy = (
             self._policy
             if len(block_actors) == len(actors)
             else PopulationPolicy(actors, self.rngs)
         )
+        #: members whose policy gives non-finite outputs (stopped while collecting): their
+        #: rows act with a placeholder and their evaluation return is NaN
+        self.unplayable: set[int] = set()
+        #: the frames of the last update (what a member stopped while collecting reports)
+        self.frames = 0
+        for policy in {id(p): p for p in (self._policy, self._member_policy)}.values():
+            policy.stopped, policy.unplayable = self.stopped, self.unplayable
+            policy.stop_member = self._stop_collecting
         self._groups: dict[tuple, _VmapGroup] = {}
         # each member loss's parameters and buffers by name, the live tensors (read once per
         # loss: optimisers and checkpoint loads update them in place)
@@ -733,6 +834,21 @@ class PopulationLearner(Learner):
             for k, v in m.optimizers().items()
         }
 
+    def stop(self, i: int, why: str) -> None:
+        """Stop member ``i`` (local index): it steps no more, keeps its parameters and is
+        reported; one line says so (once), and the other members go on."""
+        if i in self.stopped:
+            return
+        self.stopped[i] = why
+        setting = _label(self.settings[i]) if i < len(self.settings) else "default"
+        _log.warning(
+            f"warning: member {self.first + i} (seed {self.seeds[i]}, {setting}) stopped: "
+            f"{why}; the other members go on"
+        )
+
+    def _stop_collecting(self, i: int, why: str) -> None:
+        self.stop(i, f"{why} while collecting, after {self.frames:,} frames")
+
     def stopped_members(self) -> dict[int, str]:
         """The stopped members by population-wide index, with why."""
         return {self.first + i: why for i, why in self.stopped.items()}
@@ -769,6 +885,7 @@ class PopulationLearner(Learner):
             "rng": [r.state for r in self.rngs],
             "generators": [g.get_state() for g in self.generators],
             "stopped": {str(i): why for i, why in self.stopped.items()},
+            "unplayable": sorted(self.unplayable),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -778,7 +895,11 @@ class PopulationLearner(Learner):
             r.state = s.clone()
         for g, s in zip(self.generators, state.get("generators", ())):
             g.set_state(s)
-        self.stopped = {int(i): why for i, why in state.get("stopped", {}).items()}
+        # in place: the collection policies share these
+        self.stopped.clear()
+        self.stopped.update({int(i): why for i, why in state.get("stopped", {}).items()})
+        self.unplayable.clear()
+        self.unplayable.update(int(i) for i in state.get("unplayable", ()))
 
     # ---------------------------------------------------------------- the update
     def _split(self, batch: TensorDictBase) -> list[TensorDictBase]:
@@ -790,14 +911,21 @@ class PopulationLearner(Learner):
         # and observation statistics, KL-adaptive learning rates) is reduced over the ranks,
         # which hold other members; the member steps below all-reduce no gradients either
         ctx = _local(ctx)
+        self.frames = ctx.counters.frames
         parts = self._split(batch)
         if self.sequential:
             return self._sequential_update(parts, ctx)
-        active = [i for i in range(self.size) if i not in self.stopped]
+        active = self._active()
         scheds: dict[int, dict[str, float]] = {}
         flats: dict[int, TensorDictBase] = {}
         for i in active:
-            flats[i], scheds[i] = self.members[i].prepare(parts[i], ctx)
+            try:
+                flats[i], scheds[i] = self.members[i].prepare(parts[i], ctx)
+            except NonFiniteError as err:
+                self.stop(i, str(err))
+        self._check_estimates(flats)
+        active = self._active()
+        saved = _snapshot(self.members, active)
         results: dict[int, dict[str, float]] = {i: {} for i in active}
         phases = {i: self.members[i].phases() for i in active}
         for k in range(len(phases[active[0]])):  # equal settings give equal phase plans
@@ -805,6 +933,7 @@ class PopulationLearner(Learner):
             if live:
                 for i, r in self._train(live, flats, {i: phases[i][k] for i in live}, ctx):
                     results[i] |= r
+        self._check_parameters(active, saved)
         out: dict[str, float] = {}
         for i in active:
             if i in self.stopped:
@@ -816,22 +945,71 @@ class PopulationLearner(Learner):
         out["members_active"] = float(self.size - len(self.stopped))
         return out
 
+    def _active(self) -> list[int]:
+        """The members not stopped; when none is left, the run stops (exit status 3)."""
+        active = [i for i in range(self.size) if i not in self.stopped]
+        if not active:
+            raise NonFiniteError(
+                "every member of the population diverged: "
+                + "; ".join(
+                    f"member {self.first + i}: {why}" for i, why in sorted(self.stopped.items())
+                )
+            )
+        return active
+
+    def _check_estimates(self, flats: Mapping[int, TensorDictBase]) -> None:
+        """Stop the members whose estimator gave a non-finite value, advantage or target
+        (one host transfer for all)."""
+        checked = [
+            (i, key) for i in flats for key in _ESTIMATES if flats[i].get(key, None) is not None
+        ]
+        if not checked:
+            return
+        flags = torch.stack([torch.isfinite(flats[i].get(key)).all() for i, key in checked])
+        for (i, key), ok in zip(checked, flags.tolist()):
+            if not ok:
+                name = key if isinstance(key, str) else "/".join(key)
+                self.stop(i, f"non-finite {name} from its estimator at {self.frames:,} frames")
+
+    def _check_parameters(self, active: list[int], saved) -> None:
+        """A member whose update left non-finite parameters (a step that overflowed) is
+        stopped with the parameters it had before the update (its last good ones)."""
+        tensors = {i: _floating_tensors(self.members[i]) for i in active}
+        flags = [
+            torch.stack([torch.isfinite(t).all() for t in tensors[i]]).all()
+            for i in active
+            if tensors[i]
+        ]
+        if not flags:
+            return
+        for i, ok in zip([i for i in active if tensors[i]], torch.stack(flags).tolist()):
+            if not ok:
+                with torch.no_grad():
+                    torch._foreach_copy_(tensors[i], saved[i])
+                self.stop(
+                    i,
+                    f"non-finite parameters after its update at {self.frames:,} frames (its "
+                    "parameters from before that update are kept)",
+                )
+
     def _sequential_update(self, parts, ctx: Context) -> dict[str, float]:
         """Each member's own ``update`` on its rows, one after the other, with its own
         random stream and minibatch generator (as its standalone run's global stream and
         ``Context.generator``): exactly its standalone run's update. A member whose update
         raises :class:`NonFiniteError` is stopped (its optimisers step only after the check,
-        so it keeps the parameters its last finite step left) and the others go on."""
+        so it keeps the parameters its last finite step left), as is one whose update leaves
+        non-finite parameters (:meth:`_check_parameters`), and the others go on."""
         out: dict[str, float] = {}
-        for i, part in enumerate(parts):
-            if i in self.stopped:
-                continue
+        for i in self._active():
             member_ctx = dataclasses.replace(ctx, generator=self.generators[i])
+            saved = _snapshot(self.members, [i])
             try:
                 with self.rngs[i]:
-                    result = self.members[i].update(part, member_ctx)
+                    result = self.members[i].update(parts[i], member_ctx)
             except NonFiniteError as err:
-                self.stopped[i] = str(err)
+                self.stop(i, str(err))
+            self._check_parameters([i], saved)
+            if i in self.stopped:
                 continue
             for k, v in result.items():
                 out[f"{k}/member{self.first + i}"] = v
@@ -903,6 +1081,32 @@ class PopulationLearner(Learner):
         if id(loss) not in self._tensors:
             self._tensors[id(loss)] = _Networks(loss).tensors()
         return self._tensors[id(loss)]
+
+
+#: what an estimator writes (``prepare``): a non-finite one stops its member
+_ESTIMATES = (
+    keys.STATE_VALUE,
+    keys.NEXT_STATE_VALUE,
+    keys.ADVANTAGE,
+    keys.VALUE_TARGET,
+    keys.INTRINSIC_ADVANTAGE,
+    keys.INTRINSIC_VALUE_TARGET,
+)
+
+
+def _floating_tensors(member: Learner) -> list[torch.Tensor]:
+    """A member's parameters and floating buffers (what a checkpoint requires finite)."""
+    out = []
+    for module in member.modules().values():
+        out += [p.data for p in module.parameters()]
+        out += [b for b in module.buffers() if b.is_floating_point()]
+    return out
+
+
+def _snapshot(members: Sequence[Learner], active: Sequence[int]) -> dict[int, list[torch.Tensor]]:
+    """Copies of the active members' parameters and floating buffers (restored for one whose
+    update leaves them non-finite: :meth:`PopulationLearner._check_parameters`)."""
+    return {i: [t.detach().clone() for t in _floating_tensors(members[i])] for i in active}
 
 
 # --------------------------------------------------------------------------- aggregates
@@ -1115,7 +1319,7 @@ class PopulationReport:
         if not evaluator.deterministic or any(
             m.eval_policy() is not m.collect_policy() for m in learner.members
         ):
-            return [evaluator(m.eval_policy()) for m in learner.members]
+            return [self._evaluate_one(evaluator, i) for i in range(learner.size)]
         if self._evaluator is None:
             from rlkit.training.evaluation import Evaluator
 
@@ -1130,9 +1334,23 @@ class PopulationReport:
             )
         returns = self._evaluator.returns(learner.member_policy()).reshape(learner.size, -1)
         return [
-            (float(r.mean()), float(r.std(unbiased=False)) if r.numel() > 1 else 0.0)
-            for r in returns
+            (math.nan, math.nan)  # its policy gives no finite action: no return to report
+            if i in learner.unplayable
+            else (float(r.mean()), float(r.std(unbiased=False)) if r.numel() > 1 else 0.0)
+            for i, r in enumerate(returns)
         ]
+
+    def _evaluate_one(self, evaluator, i: int) -> tuple[float, float]:
+        """Member ``i``'s own evaluation; NaN for a member whose policy gives non-finite
+        outputs (it is stopped, if it was not yet)."""
+        learner = self.learner
+        if i not in learner.unplayable:
+            try:
+                return evaluator(learner.members[i].eval_policy())
+            except (ValueError, RuntimeError) as err:  # a distribution refusing NaN
+                learner.unplayable.add(i)
+                learner.stop(i, f"its policy failed in evaluation ({_first_line(err)})")
+        return math.nan, math.nan
 
     def evaluate(self, evaluator, counters, log) -> tuple[float, float]:
         """Evaluate every member (each rank its own members); returns the IQM of their means
@@ -1159,6 +1377,9 @@ class PopulationReport:
                 self.solved[i] = counters.frames
         import statistics
 
+        means = [m for m in means if math.isfinite(m)]  # a member that diverged has none
+        if not means:
+            return math.nan, math.nan
         return iqm(means), statistics.pstdev(means) if len(means) > 1 else 0.0
 
     def all_solved(self) -> bool:
@@ -1192,13 +1413,14 @@ class PopulationReport:
             by_setting.setdefault(_label(m["settings"]), []).append(m)
         aggregates = []
         for label, group in by_setting.items():
-            finals = [m["eval_return_mean"] for m in group]
-            low, high = bootstrap_ci(finals)
+            # over the members with a return (one whose policy diverged has none)
+            finals = [m["eval_return_mean"] for m in group if math.isfinite(m["eval_return_mean"])]
+            low, high = bootstrap_ci(finals) if finals else (math.nan, math.nan)
             aggregates.append(
                 {
                     "settings": label,
                     "seeds": [m["seed"] for m in group],
-                    "final_return_iqm": iqm(finals),
+                    "final_return_iqm": iqm(finals) if finals else math.nan,
                     "final_return_ci95": [low, high],
                     "solved": sum(m["solved_frames"] is not None for m in group),
                 }
@@ -1243,7 +1465,7 @@ def plot_population(run_dir, settings: Sequence[Mapping[str, Any]], *, title: st
         members = {str(i) for i, lab in enumerate(labels) if lab == label}
         points: dict[float, list[float]] = {}
         for r in rows:
-            if r["member"] in members:
+            if r["member"] in members and math.isfinite(float(r["return_mean"])):
                 points.setdefault(float(r["frames"]), []).append(float(r["return_mean"]))
         xs = sorted(points)
         mid = [iqm(points[x]) for x in xs]
