@@ -298,7 +298,8 @@ class VectorEnvCollector:
             (:func:`rlkit.modules.check_env_compat`).
         policy: a TensorDict module (e.g. a TorchRL ``ProbabilisticActor``) whose
             ``in_keys`` are among ``observation``, ``episode_reward``, ``step_count``,
-            ``done``, ``terminated``, ``truncated`` (and ``action_mask`` when the env has one). It is called once at construction on the
+            ``done``, ``terminated``, ``truncated`` (and ``action_mask`` when the env has
+            one). It is called once at construction on the
             reset observation (as ``Collector`` does, so random draws line up) to learn its
             outputs, then once per step under ``torch.no_grad``.
         frames_per_batch: frames per batch, a positive multiple of ``num_envs``.

@@ -13,8 +13,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from rlkit.envs import masked  # noqa: F401  (registers rlkit/MaskedPick-v0)
-from rlkit.envs import sparse  # noqa: F401  (registers rlkit/MountainCarSparse-v0)
+from rlkit.envs import (
+    masked,  # noqa: F401  (registers rlkit/MaskedPick-v0)
+    sparse,  # noqa: F401  (registers rlkit/MountainCarSparse-v0)
+)
 
 __all__ = [
     "TruncationAsTermination",

@@ -46,12 +46,19 @@ class MaskedPickEnv(gymnasium.Env):
         n_valid: items on offer per step, 1 to ``n_actions``; None: a random count at every
             step (1 to ``n_actions``, uniformly).
         invalid_reward: the reward of an invalid pick, which ends the episode.
+        expose_mask: ``False`` hides the mask: the observation is the values alone (a flat
+            ``Box``), the same task for a policy that cannot read the mask (the control runs
+            of ``tests/test_masks_learning.py``).
     """
 
     metadata = {"render_modes": []}
 
     def __init__(
-        self, n_actions: int = 8, n_valid: int | None = None, invalid_reward: float = -1.0
+        self,
+        n_actions: int = 8,
+        n_valid: int | None = None,
+        invalid_reward: float = -1.0,
+        expose_mask: bool = True,
     ) -> None:
         if n_actions < 2:
             raise ValueError(f"n_actions must be >= 2, got {n_actions}")
@@ -59,22 +66,27 @@ class MaskedPickEnv(gymnasium.Env):
             raise ValueError(f"n_valid must lie in [1, {n_actions}] or be None, got {n_valid}")
         self.n_actions, self.n_valid = n_actions, n_valid
         self.invalid_reward = float(invalid_reward)
-        self.observation_space = spaces.Dict(
-            {
-                "observation": spaces.Box(0.0, 1.0, (n_actions,), np.float32),
-                MASK_ENTRY: spaces.Box(0, 1, (n_actions,), np.int8),
-            }
+        self.expose_mask = bool(expose_mask)
+        values = spaces.Box(0.0, 1.0, (n_actions,), np.float32)
+        self.observation_space = (
+            spaces.Dict(
+                {"observation": values, MASK_ENTRY: spaces.Box(0, 1, (n_actions,), np.int8)}
+            )
+            if self.expose_mask
+            else values
         )
         self.action_space = spaces.Discrete(n_actions)
         self._values = np.zeros(n_actions, np.float32)
         self._mask = np.ones(n_actions, np.int8)
 
-    def _draw(self) -> dict[str, np.ndarray]:
+    def _draw(self) -> dict[str, np.ndarray] | np.ndarray:
         rng, n = self.np_random, self.n_actions
         self._values = rng.random(n, dtype=np.float32)
         count = self.n_valid if self.n_valid is not None else int(rng.integers(1, n + 1))
         self._mask = np.zeros(n, np.int8)
         self._mask[rng.permutation(n)[:count]] = 1
+        if not self.expose_mask:
+            return self._values.copy()
         return {"observation": self._values.copy(), MASK_ENTRY: self._mask.copy()}
 
     def reset(self, *, seed: int | None = None, options=None):
@@ -83,9 +95,9 @@ class MaskedPickEnv(gymnasium.Env):
 
     def step(self, action):
         a = int(action)
-        if not self._mask[a]:
-            return self._draw(), self.invalid_reward, True, False, {"invalid": True}
-        return self._draw(), float(self._values[a]), False, False, {"invalid": False}
+        valid = bool(self._mask[a])
+        reward = float(self._values[a]) if valid else self.invalid_reward
+        return self._draw(), reward, not valid, False, {"invalid": not valid}
 
 
 def _register() -> None:

@@ -90,7 +90,7 @@ def random_valid_action(mask: Tensor) -> Tensor:
 
 def mask_key_of(observation_spec: TensorSpec) -> NestedKey | None:
     """:data:`rlkit.keys.ACTION_MASK` when a Composite observation spec holds it, else None."""
-    if isinstance(observation_spec, Composite) and keys.ACTION_MASK in observation_spec.keys():
+    if isinstance(observation_spec, Composite) and keys.ACTION_MASK in observation_spec:
         return keys.ACTION_MASK
     return None
 
