@@ -24,7 +24,7 @@ from rlkit import keys
 from rlkit.data.collector import VectorEnvCollector, make_collector
 from rlkit.envs import make_env
 from rlkit.envs.masked import MaskedPickEnv
-from rlkit.modules import categorical_actor, make_actor, q_critic_discrete
+from rlkit.modules import categorical_actor, make_actor, q_critic_discrete, value_critic
 from rlkit.modules.masks import MaskedHead, random_valid_action
 from rlkit.modules.policies import EpsilonExploration, GreedyQPolicy
 from rlkit.objectives import DiscreteSACLoss, DQNLoss, PPOLoss
@@ -122,8 +122,7 @@ def test_ppo_loss_scores_the_stored_action_over_the_valid_actions():
     rows, n = 16, 5
     mask = random_masks(rows, n)
     actor = categorical_actor(3, n, mask_key=MASK)
-    critic = q_critic_discrete(3, 1)  # any [*, 1] head under state_value
-    critic.out_keys = [keys.STATE_VALUE]
+    critic = value_critic(3)
     td = TensorDict({keys.OBSERVATION: torch.randn(rows, 3), MASK: mask}, [rows])
     td = actor(td)
     assert mask.gather(-1, td[keys.ACTION][:, None]).all()
