@@ -153,32 +153,38 @@ def _collect(env, policy, frames, exploration=InteractionType.RANDOM):
     return batch
 
 
-def test_100k_sampled_and_greedy_policy_gradient_actions_are_all_valid():
+#: env frames per check: 100k in the slow lane, 10k in the fast one
+FRAMES = [pytest.param(100_000, marks=pytest.mark.slow), 10_000]
+
+
+@pytest.mark.parametrize("frames", FRAMES)
+def test_100k_sampled_and_greedy_policy_gradient_actions_are_all_valid(frames):
     torch.manual_seed(3)
     env = masked_env(num_envs=100, seed=3)
     actor = make_actor(env)
     assert MASK in actor.in_keys
     with torch.no_grad():  # sharp logits: sampling would pick masked actions if it could
         actor.module[0].module.net[-1].weight.mul_(2000)
-    sampled = _collect(env, actor, 100_000)
-    assert sampled.numel() == 100_000
+    sampled = _collect(env, actor, frames)
+    assert sampled.numel() == frames
     assert _count_invalid(sampled) == (0, 0)
     env = masked_env(num_envs=100, seed=4)
-    greedy = _collect(env, actor, 100_000, InteractionType.DETERMINISTIC)
+    greedy = _collect(env, actor, frames, InteractionType.DETERMINISTIC)
     assert _count_invalid(greedy) == (0, 0)
 
 
-def test_100k_greedy_and_epsilon_greedy_dqn_actions_are_all_valid():
+@pytest.mark.parametrize("frames", FRAMES)
+def test_100k_greedy_and_epsilon_greedy_dqn_actions_are_all_valid(frames):
     torch.manual_seed(4)
     env = masked_env(num_envs=100, seed=5)
     n = 8
     q = q_critic_discrete(n, n, mask_key=MASK)
     spec = env.action_spec_unbatched
     explore = EpsilonExploration(GreedyQPolicy(q), spec, epsilon=0.5)
-    assert _count_invalid(_collect(env, explore, 100_000)) == (0, 0)
+    assert _count_invalid(_collect(env, explore, frames)) == (0, 0)
     explore.epsilon = 1.0  # the warm-up's uniform actions: over the valid ones
     env = masked_env(num_envs=100, seed=6)
-    batch = _collect(env, explore, 20_000)
+    batch = _collect(env, explore, 10_000)
     assert _count_invalid(batch) == (0, 0)
     # uniform over the valid actions: each valid action of a 2-valid state about half
     mask = batch.get(MASK)
@@ -187,8 +193,21 @@ def test_100k_greedy_and_epsilon_greedy_dqn_actions_are_all_valid():
     share = (batch.get(keys.ACTION)[two] == first[two]).float().mean().item()
     assert 0.45 < share < 0.55
     env = masked_env(num_envs=100, seed=7)
-    greedy = _collect(env, GreedyQPolicy(q), 100_000)
+    greedy = _collect(env, GreedyQPolicy(q), frames)
     assert _count_invalid(greedy) == (0, 0)
+
+
+def test_100k_rows_of_sampled_greedy_and_random_actions_are_valid():
+    """The same at the tensor level, in one go: 100k random masks (1 to 50 valid of 50),
+    sharp random logits."""
+    g = torch.Generator().manual_seed(8)
+    mask = random_masks(100_000, 50, g)
+    logits = torch.randn(100_000, 50, generator=g) * 50
+    dist = torch.distributions.Categorical(logits=MaskedHead(torch.nn.Identity())(logits, mask))
+    for action in (dist.sample(), dist.mode, random_valid_action(mask)):
+        assert mask.gather(-1, action[:, None]).all()
+    q = MaskedHead(torch.nn.Identity())(logits, mask)
+    assert mask.gather(-1, q.argmax(-1, keepdim=True)).all()
 
 
 # ------------------------------------------------------------------ collection
@@ -434,7 +453,7 @@ def test_a_torchrl_env_with_an_action_mask_key_is_read_too():
     env = make_env(_TorchRLMaskedPick, num_envs=3, seed=0, max_episode_steps=20)
     actor = make_actor(env)
     assert MASK in actor.in_keys
-    collector = make_collector(env, actor, frames_per_batch=3000)  # TorchRL's, with a warning
+    collector = make_collector(env, actor, frames_per_batch=600)  # TorchRL's, with a warning
     batch = next(iter(collector))
     collector.shutdown()
     assert _count_invalid(batch) == (0, 0)
