@@ -469,3 +469,23 @@ def test_pick_env_rewards_and_ends_as_documented():
     obs, _ = env.reset(seed=1)
     _, r, term, _, _ = env.step(int(np.flatnonzero(obs[MASK] == 0)[0]))
     assert r == -1.0 and term
+
+
+@pytest.mark.parametrize(
+    ("recipe", "env"),
+    [
+        ("ppo", "tests.test_masks:_ContinuousMasked"),
+        ("sac", "tests.test_masks:_ContinuousMasked"),
+        ("svpg", "rlkit/MaskedPick-v0"),
+    ],
+)
+def test_recipes_that_cannot_honour_a_mask_refuse_it_before_the_run_directory(
+    tmp_path, recipe, env
+):
+    from tests.test_engine import load_recipe
+
+    run_dir = tmp_path / "run"
+    flags = ["--env", env, "--total-frames", "1000", "--run-dir", str(run_dir)]
+    with pytest.raises(ValueError, match=r"^this env writes an action mask .* the recipes that"):
+        load_recipe(recipe).main([*flags, "--max-episode-steps", "10", "--progress", "false"])
+    assert not run_dir.exists()
