@@ -15,7 +15,11 @@ key                           shape               written by
 ``OBSERVATION``               ``[*, *O]``         the environment
 ``ACTION``                    ``[*, *A]``         the actor (int64 ``[*]`` for discrete)
 ``ACTION_LOG_PROB``           ``[*]``             the actor, log mu(a|s) at collection
-``LOGITS``                    ``[*, n]``          categorical actor heads
+``LOGITS``                    ``[*, n]``          categorical actor heads (a masked actor's
+                                                  hold the dtype's lowest value where masked)
+``ACTION_MASK``               ``[*, n]``          the environment: bool / int8, nonzero where
+                                                  the action may be taken (also under
+                                                  ``"next"``, for DQN's and SAC's targets)
 ``LOC`` / ``SCALE``           ``[*, *A]``         Gaussian actor heads
 ``STATE_VALUE``               ``[*, 1]``          V critics
 ``ACTION_VALUE``              ``[*, n]``          Q critics (one value per discrete action)
@@ -40,6 +44,12 @@ OBSERVATION = "observation"
 ACTION = "action"
 ACTION_LOG_PROB = "action_log_prob"
 LOGITS = "logits"
+#: Discrete action masks, ``[*, n]`` bool or int8 (nonzero: the action may be taken): the
+#: PettingZoo / gymnasium Dict observation entry ``"action_mask"`` and TorchRL's
+#: ``ActionMask`` key. Actors, Q networks and exploration read it when the env writes it
+#: (``docs/actions.md``); it is stored with the batch and in the replay, next to
+#: ``NEXT_ACTION_MASK``.
+ACTION_MASK = "action_mask"
 LOC = "loc"
 SCALE = "scale"
 
@@ -100,6 +110,7 @@ DONE = (NEXT, "done")
 TERMINATED = (NEXT, "terminated")
 TRUNCATED = (NEXT, "truncated")
 NEXT_OBSERVATION = (NEXT, OBSERVATION)
+NEXT_ACTION_MASK = (NEXT, ACTION_MASK)
 NEXT_STATE_VALUE = (NEXT, STATE_VALUE)
 NEXT_INTRINSIC_STATE_VALUE = (NEXT, INTRINSIC_STATE_VALUE)
 

@@ -29,6 +29,7 @@ from rlkit.configs.dqn import PRESETS, DQNConfig
 from rlkit.modules import q_critic_discrete
 from rlkit.modules.builders import check_mlp_observation
 from rlkit.modules.critics import action_kind, observation_features
+from rlkit.modules.masks import check_mask_spec, mask_key_of
 from rlkit.modules.networks import make_encoder, reinit_
 from rlkit.modules.policies import GreedyQPolicy
 from rlkit.objectives import DQNLoss
@@ -128,15 +129,28 @@ def q_network(
     """``Q(s, .)``: ``encoder`` (:func:`~rlkit.modules.networks.make_encoder`; ``mlp``: none)
     -> ``hidden`` layers -> one output per action, reading ``keys.OBSERVATION`` and writing
     ``keys.ACTION_VALUE``. ``init="torch"``: PyTorch's default initialisation of every linear
-    and conv layer (SB3's, CleanRL's and MinAtar's DQN) instead of the orthogonal one."""
+    and conv layer (SB3's, CleanRL's and MinAtar's DQN) instead of the orthogonal one.
+    An env with an action mask (:data:`rlkit.keys.ACTION_MASK`) gives a masked Q network:
+    masked actions get the lowest value, so neither the greedy action nor the target's max
+    is ever a masked one (``docs/actions.md``)."""
     info = action_kind(env.action_spec, batch_shape=tuple(env.batch_size))
+    mask_key = mask_key_of(env.observation_spec)
+    if mask_key is not None:
+        check_mask_spec(env.observation_spec, info.size, len(env.batch_size))
     if encoder == "mlp":
         check_mlp_observation(env, feature_dim)  # images or --feature-dim: the error naming the fix
         width, backbone = observation_features(env.observation_spec), None
     else:
         shape = tuple(env.observation_spec[keys.OBSERVATION].shape[len(env.batch_size) :])
         backbone, width = make_encoder(encoder, shape, feature_dim=feature_dim)
-    q = q_critic_discrete(width, info.size, hidden=hidden, activation=activation, backbone=backbone)
+    q = q_critic_discrete(
+        width,
+        info.size,
+        hidden=hidden,
+        activation=activation,
+        backbone=backbone,
+        mask_key=mask_key,
+    )
     return reinit_(q, init)
 
 

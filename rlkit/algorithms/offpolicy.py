@@ -57,7 +57,7 @@ from rlkit.algorithms._settings import config_lr_schedule
 from rlkit.configs.offpolicy import OffPolicyConfig
 from rlkit.data.frames import FORMAT as FRAME_REPLAY_FORMAT
 from rlkit.data.frames import FrameReplay
-from rlkit.data.replay import NSTEP_READ, STORED, Replay
+from rlkit.data.replay import MASK_KEYS, NSTEP_READ, STORED, Replay
 from rlkit.modules.policies import EpsilonExploration
 from rlkit.objectives.dqn import TD_ERROR, nstep_transitions
 from rlkit.training import schedules
@@ -227,6 +227,11 @@ class OffPolicyLearner(Learner):
         is uniform; else a :class:`Replay`. A pending checkpoint's buffer is loaded into it."""
         if self.replay is None:
             if self._use_frame_replay(batch):
+                if batch is not None and batch.get(keys.ACTION_MASK, None) is not None:
+                    raise ValueError(
+                        "the frame replay (--frame-replay, uint8 images) stores no action "
+                        "masks: pass --frame-replay false to store them with the transitions"
+                    )
                 self.replay = FrameReplay(
                     self.buffer_size,
                     frame_stack=self._frame_stack(),
@@ -295,9 +300,10 @@ class OffPolicyLearner(Learner):
         steady state, ``N * (T - n + 1)`` in the first).
         """
         n = self.n_steps
+        masks = [k for k in MASK_KEYS if batch.get(k, None) is not None]
         if n == 1:
-            return batch.select(*STORED).reshape(-1)
-        steps = batch.select(*NSTEP_READ)
+            return batch.select(*STORED, *masks).reshape(-1)
+        steps = batch.select(*NSTEP_READ, *masks)
         tail = self.nstep_tail
         if tail is not None and tail.shape[0] == steps.shape[0]:
             steps = torch.cat([_cut_broken_streams(tail.to(steps.device), steps), steps], dim=1)

@@ -278,9 +278,11 @@ class PPGLearner(PolicyGradientLearner):
         return result | sched | {"phase_iteration": float(self.phase_iteration)}
 
     def _store(self, batch: TensorDictBase) -> TensorDict:
-        """Observation and value target of a batch, ``[N, T]``: N whole rollouts. A longer
-        batch of ``--min-episodes`` (``[N, k T]``) is stored as ``k N`` rollouts of
-        ``T = --rollout-steps`` steps, so that every stored batch has rollouts of one length."""
+        """Observation and value target of a batch, ``[N, T]``: N whole rollouts (and the
+        action mask, when the env has one: the auxiliary phase's KL runs over the valid
+        actions). A longer batch of ``--min-episodes`` (``[N, k T]``) is stored as ``k N``
+        rollouts of ``T = --rollout-steps`` steps, so that every stored batch has rollouts of
+        one length."""
         stored = TensorDict(
             {
                 keys.OBSERVATION: batch.get(keys.OBSERVATION).clone(),
@@ -288,6 +290,9 @@ class PPGLearner(PolicyGradientLearner):
             },
             batch_size=batch.batch_size[:2],
         )
+        mask = batch.get(keys.ACTION_MASK, None)
+        if mask is not None:
+            stored.set(keys.ACTION_MASK, mask.clone())
         steps = self.rollout_steps
         if stored.shape[1] == steps:
             return stored

@@ -19,6 +19,7 @@ from rlkit import keys
 from rlkit.algorithms._parts import gae_part, make_part
 from rlkit.configs import svpg as _config
 from rlkit.configs.svpg import PRESETS, SVPGConfig
+from rlkit.modules.masks import mask_key_of, refuse_mask
 from rlkit.modules.particles import (
     ParticlePolicy,
     build_particles,
@@ -357,7 +358,10 @@ def build(cfg: SVPGConfig, env, *, loss_cls=None, estimator_cls=None) -> SVPGLea
     place with exactly the recipe's arguments, ``loss_cls(actor, critic, entropy_coef=,
     value_coef=)`` (with ``--particle ppo`` also ``clip_epsilon=``,
     ``normalize_advantage=False``) and ``estimator_cls(gamma=, lmbda=, value_network=critic)``;
-    everything else is built as the recipe builds it."""
+    everything else is built as the recipe builds it. An env with an action mask is
+    refused (the particles' stacked networks read the observation alone)."""
+    if mask_key_of(env.observation_spec) is not None:
+        raise refuse_mask("svpg (its particles' stacked policies)")
     actor, critic = build_particles(
         env, num_particles=cfg.particles, hidden=cfg.hidden, activation=cfg.activation
     )

@@ -113,6 +113,9 @@ class _EnvParts:
     sign_reward: bool = False
     reward_norm: RewardNorm | None = None
     copy_obs: bool = False  # the vector env reuses its observation buffer
+    #: a Dict observation {"observation", "action_mask"}: the mask's spec and numpy dtype
+    mask_spec: Any = None
+    mask_dtype: np.dtype | None = None
 
 
 @dataclass
@@ -124,6 +127,7 @@ class _State:
     step_count: np.ndarray | None  # [N] int64
     traj_ids: np.ndarray  # [N] int64
     next_traj_id: int
+    mask: Tensor | None = None  # [N, n] the action mask (keys.ACTION_MASK), when the env has one
 
 
 # --------------------------------------------------------------------------- env checks
@@ -172,11 +176,13 @@ def _base_parts(env: EnvBase) -> _EnvParts:
     if tuple(env.batch_size) != (venv.num_envs,):
         raise _unsupported(f"an env of batch size {tuple(env.batch_size)}")
     obs_keys = list(base.observation_spec.keys(True, True))
-    if obs_keys != [keys.OBSERVATION] or base.action_keys != [keys.ACTION]:
+    masked = sorted(obs_keys) == sorted([keys.OBSERVATION, keys.ACTION_MASK])
+    if not (obs_keys == [keys.OBSERVATION] or masked) or base.action_keys != [keys.ACTION]:
         raise _unsupported(f"observation keys {obs_keys} / action keys {base.action_keys}")
     if base.reward_keys != [_REWARD] or set(base.done_keys) != set(_DONE_NAMES):
         raise _unsupported(f"reward keys {base.reward_keys} / done keys {base.done_keys}")
     obs_spec = base.observation_spec[keys.OBSERVATION]
+    mask_spec = base.observation_spec[keys.ACTION_MASK] if masked else None
     return _EnvParts(
         venv=venv,
         num_envs=venv.num_envs,
@@ -186,6 +192,8 @@ def _base_parts(env: EnvBase) -> _EnvParts:
         obs_dtype=_numpy_dtype(obs_spec.dtype),
         reward_dtype=_numpy_dtype(base.reward_spec.dtype),
         copy_obs=not getattr(venv, "copy", True),
+        mask_spec=mask_spec,
+        mask_dtype=None if mask_spec is None else _numpy_dtype(mask_spec.dtype),
     )
 
 
@@ -271,10 +279,13 @@ class VectorEnvCollector:
       ``truncated`` ``[N, T, 1]`` (all ``False``: the state after step / reset), every
       policy output (``keys.ACTION``, ``keys.ACTION_LOG_PROB``, ``keys.LOGITS`` or
       ``keys.LOC`` / ``keys.SCALE``, ...) and ``("collector", "traj_ids")`` ``[N, T]``;
+      with a Dict observation ``{"observation", "action_mask"}`` (a masked-action env,
+      ``docs/actions.md``) also ``keys.ACTION_MASK`` ``[N, T, n]``, the mask the policy read;
     - ``"next"``: ``keys.NEXT_OBSERVATION`` (the true observation reached, also at done
       steps), ``keys.REWARD`` (after ``RewardNorm`` if the env has one), ``keys.DONE`` /
       ``keys.TERMINATED`` / ``keys.TRUNCATED``, ``keys.EPISODE_RETURN`` (undiscounted, in
-      the env's reward units) and ``keys.STEP_COUNT``.
+      the env's reward units) and ``keys.STEP_COUNT``; and ``keys.NEXT_ACTION_MASK``, the
+      mask of the observation reached, when the env has one.
 
     The env's state carries over from batch to batch (no reset between batches); the env is
     reset once, through TorchRL, at construction (as ``Collector`` does). Sub-envs that finish
@@ -287,7 +298,8 @@ class VectorEnvCollector:
             (:func:`rlkit.modules.check_env_compat`).
         policy: a TensorDict module (e.g. a TorchRL ``ProbabilisticActor``) whose
             ``in_keys`` are among ``observation``, ``episode_reward``, ``step_count``,
-            ``done``, ``terminated``, ``truncated``. It is called once at construction on the
+            ``done``, ``terminated``, ``truncated`` (and ``action_mask`` when the env has
+            one). It is called once at construction on the
             reset observation (as ``Collector`` does, so random draws line up) to learn its
             outputs, then once per step under ``torch.no_grad``.
         frames_per_batch: frames per batch, a positive multiple of ``num_envs``.
@@ -365,6 +377,8 @@ class VectorEnvCollector:
 
     def _root_keys(self) -> list[str]:
         names = [keys.OBSERVATION, *_DONE_NAMES]
+        if self._parts.mask_spec is not None:
+            names.append(keys.ACTION_MASK)
         if self._parts.track_return:
             names.append(keys.EPISODE_RETURN_NAME)
         if self._parts.track_steps:
@@ -394,7 +408,8 @@ class VectorEnvCollector:
         ret = td.get(keys.EPISODE_RETURN_NAME).reshape(n).numpy() if p.track_return else None
         steps = td.get(keys.STEP_COUNT_NAME).reshape(n).numpy() if p.track_steps else None
         obs = td.get(keys.OBSERVATION)
-        return _State(obs, ret, steps, np.arange(n, dtype=np.int64), next_traj_id=n)
+        mask = td.get(keys.ACTION_MASK) if p.mask_spec is not None else None
+        return _State(obs, ret, steps, np.arange(n, dtype=np.int64), next_traj_id=n, mask=mask)
 
     def _probe_policy(self) -> list[NestedKey]:
         """Call the policy once (as ``Collector`` does) and list the keys it writes."""
@@ -458,6 +473,8 @@ class VectorEnvCollector:
     # ------------------------------------------------------------------ per step
     def _stored_root_keys(self) -> list[NestedKey]:
         names: list[NestedKey] = [keys.OBSERVATION, _TRAJ_IDS, *self._out_keys]
+        if self._parts.mask_spec is not None:
+            names.append(keys.ACTION_MASK)
         if self._parts.track_return:
             names.append(keys.EPISODE_RETURN_NAME)
         if self._parts.track_steps:
@@ -466,6 +483,8 @@ class VectorEnvCollector:
 
     def _stored_next_keys(self) -> list[str]:
         names = [keys.OBSERVATION, _REWARD, *_DONE_NAMES]
+        if self._parts.mask_spec is not None:
+            names.append(keys.ACTION_MASK)
         if self._parts.track_return:
             names.append(keys.EPISODE_RETURN_NAME)
         if self._parts.track_steps:
@@ -482,6 +501,8 @@ class VectorEnvCollector:
                 source[k] = torch.from_numpy(s.episode_return).view(n, 1)
             elif k == keys.STEP_COUNT_NAME:
                 source[k] = torch.from_numpy(s.step_count).view(n, 1)
+            elif k == keys.ACTION_MASK:
+                source[k] = s.mask
             else:  # done / terminated / truncated: always False before a step
                 source[k] = torch.zeros(n, 1, dtype=torch.bool)
         device = self.device
@@ -498,10 +519,21 @@ class VectorEnvCollector:
             root[keys.EPISODE_RETURN_NAME].append(s.episode_return)
         if s.step_count is not None:
             root[keys.STEP_COUNT_NAME].append(s.step_count)
+        if s.mask is not None:
+            root[keys.ACTION_MASK].append(s.mask)
 
-    def _read_obs(self, obs: np.ndarray) -> Tensor:
-        """GymWrapper's ``spec.encode`` (a dtype cast and reshape), then DoubleToFloat."""
+    def _read_mask(self, obs: dict) -> Tensor:
+        """The Dict observation's action mask, as GymWrapper's ``spec.encode`` reads it."""
         p = self._parts
+        out = np.asarray(obs[keys.ACTION_MASK], dtype=p.mask_dtype).reshape(p.mask_spec.shape)
+        return torch.from_numpy(out.copy() if p.copy_obs or not out.flags.writeable else out)
+
+    def _read_obs(self, obs: np.ndarray | dict) -> Tensor:
+        """GymWrapper's ``spec.encode`` (a dtype cast and reshape), then DoubleToFloat.
+        A Dict observation (``{"observation", "action_mask"}``) reads its ``"observation"``."""
+        p = self._parts
+        if p.mask_spec is not None:
+            obs = obs[keys.OBSERVATION]
         out = np.asarray(obs, dtype=p.obs_dtype).reshape(p.obs_spec.shape)
         if p.double_to_float:
             out = out.astype(np.float32)
@@ -528,6 +560,9 @@ class VectorEnvCollector:
         nxt[_DONE].append(done)
         nxt[_TERMINATED].append(terminated)
         nxt[_TRUNCATED].append(truncated)
+        if p.mask_spec is not None:
+            s.mask = self._read_mask(obs_np)
+            nxt[keys.ACTION_MASK].append(s.mask)
         if s.episode_return is not None:
             s.episode_return = s.episode_return + reward
             nxt[keys.EPISODE_RETURN_NAME].append(s.episode_return)
@@ -550,6 +585,9 @@ class VectorEnvCollector:
         p, s = self._parts, self._state
         rows = torch.from_numpy(done)
         reset_obs, _ = p.venv.reset(options={"reset_mask": done})
+        if p.mask_spec is not None:
+            mask = self._read_mask(reset_obs)
+            s.mask = torch.where(rows.view(-1, *([1] * (mask.dim() - 1))), mask, s.mask)
         reset_obs = self._read_obs(reset_obs)
         if p.obs_norm is not None:
             reset_obs = p.obs_norm.observe(reset_obs, rows)

@@ -20,7 +20,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from rlkit import keys
 
-__all__ = ["NSTEP_READ", "STORED", "Replay"]
+__all__ = ["MASK_KEYS", "NSTEP_READ", "STORED", "Replay"]
 
 
 @contextlib.contextmanager
@@ -43,6 +43,9 @@ STORED = (
 )
 #: What n-step transitions are built from (``done`` ends a window).
 NSTEP_READ = (*STORED, keys.DONE)
+#: Stored too when the env writes them: the action mask of the state and of the next state
+#: (the target's max / expectation runs over the next state's valid actions).
+MASK_KEYS = (keys.ACTION_MASK, keys.NEXT_ACTION_MASK)
 
 
 class Replay:

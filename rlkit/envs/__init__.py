@@ -1,7 +1,8 @@
 """Environments: gymnasium ids, gymnasium's ``module:Env-vN`` and env factories -> batched,
 truncation-correct TorchRL envs.
 
-Importing this package also registers rlkit's own gymnasium ids (:mod:`rlkit.envs.sparse`);
+Importing this package also registers rlkit's own gymnasium ids (:mod:`rlkit.envs.sparse`,
+:mod:`rlkit.envs.masked`);
 MinAtar and ALE ids are registered on first use (:mod:`rlkit.envs.suites`). The env builders
 (:mod:`rlkit.envs.make`, which imports torch and TorchRL) load on first access, so the
 config layer reads what ``--env`` names (:mod:`rlkit.envs.ids`) without torch.
@@ -12,7 +13,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from rlkit.envs import sparse  # noqa: F401  (registers rlkit/MountainCarSparse-v0)
+from rlkit.envs import (
+    masked,  # noqa: F401  (registers rlkit/MaskedPick-v0)
+    sparse,  # noqa: F401  (registers rlkit/MountainCarSparse-v0)
+)
 
 __all__ = [
     "TruncationAsTermination",

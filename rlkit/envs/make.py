@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gymnasium
+import numpy as np
 import torch
 from gymnasium import spaces
 from torchrl.envs import (
@@ -128,6 +129,7 @@ def _check_spaces(env_id: str, venv: gymnasium.vector.VectorEnv) -> None:
     obs_space, act_space = venv.single_observation_space, venv.single_action_space
     if isinstance(obs_space, spaces.Dict):
         _check_dict_space(env_id, obs_space)
+        _check_action_mask(env_id, obs_space, act_space)
     elif not isinstance(obs_space, spaces.Box | spaces.Discrete):
         raise ValueError(
             f"{env_id!r} has observation space {obs_space}; make_env supports Box, Discrete "
@@ -152,6 +154,8 @@ def _check_dict_space(env_id: str, obs_space: spaces.Dict) -> None:
     if not obs_space.spaces:
         raise ValueError(f"{env_id!r} has an empty Dict observation space")
     for name, entry in obs_space.spaces.items():
+        if name == keys.ACTION_MASK and isinstance(entry, spaces.MultiBinary):
+            continue  # a mask as MultiBinary(n): checked by _check_action_mask
         if not isinstance(entry, spaces.Box | spaces.Discrete):
             raise ValueError(
                 f"{env_id!r} has Dict observation entry {name!r} of space {entry}; make_env "
@@ -164,6 +168,25 @@ def _check_dict_space(env_id: str, obs_space: spaces.Dict) -> None:
                 f"writes itself ({', '.join(map(repr, _RESERVED_OBS_NAMES))} are taken): "
                 "rename it with a gymnasium wrapper"
             )
+
+
+def _check_action_mask(env_id: str, obs_space: spaces.Dict, act_space: spaces.Space) -> None:
+    """A Dict observation's ``"action_mask"`` entry (PettingZoo's convention): one integer or
+    bool flag per action of a Discrete action space (docs/actions.md)."""
+    entry = obs_space.spaces.get(keys.ACTION_MASK)
+    if entry is None:
+        return
+    if not isinstance(act_space, spaces.Discrete):
+        return  # the recipe refuses it in one line (rlkit.modules.masks.refuse_mask)
+    shape = tuple(entry.shape or ())
+    floating = np.issubdtype(entry.dtype, np.floating) if entry.dtype is not None else True
+    if shape != (int(act_space.n),) or floating or isinstance(entry, spaces.Discrete):
+        raise ValueError(
+            f"{env_id!r} has an {keys.ACTION_MASK!r} observation entry {entry}; an action mask "
+            f"holds one integer or bool flag per action: Box(0, 1, ({int(act_space.n)},), "
+            "int8) or MultiBinary"
+            f"({int(act_space.n)}) (nonzero: the action may be taken)"
+        )
 
 
 def _make_vector_env(
@@ -605,13 +628,15 @@ def _transforms(
     doubles = [k for k in obs_keys if base.observation_spec[k].dtype == torch.float64]
     if doubles:
         transforms.append(DoubleToFloat(in_keys=doubles))
-    if (obs_norm is not None or normalize_obs) and obs_keys != [keys.OBSERVATION]:
+    # an action mask beside the observation is not observed: normalise "observation" alone
+    observed = [k for k in obs_keys if k != keys.ACTION_MASK]
+    if (obs_norm is not None or normalize_obs) and observed != [keys.OBSERVATION]:
         raise ValueError(
             f"{env_id!r} has Dict observations {[str(k) for k in obs_keys]}; "
             "observation normalisation applies to a single Box observation: append "
             "rlkit.modules.ObservationNorm(shape, key=...) per entry to the env yourself"
         )
-    obs_spec = base.observation_spec[obs_keys[0]]
+    obs_spec = base.observation_spec[(observed or obs_keys)[0]]
     if obs_norm is not None or normalize_obs:
         if not obs_spec.dtype.is_floating_point:
             raise ValueError(

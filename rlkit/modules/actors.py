@@ -50,6 +50,7 @@ from torchrl.modules import (
 from rlkit import keys
 from rlkit.modules.compat import check_actor_spec
 from rlkit.modules.critics import action_kind, observation_features, value_critic
+from rlkit.modules.masks import MaskedHead, check_mask_spec, mask_key_of, refuse_mask
 from rlkit.modules.networks import mlp, mlp_body
 
 __all__ = [
@@ -93,6 +94,7 @@ def categorical_actor(
     one_hot: bool = False,
     spec: TensorSpec | None = None,
     obs_key: NestedKey = keys.OBSERVATION,
+    mask_key: NestedKey | None = None,
 ) -> ProbabilisticActor:
     """Categorical policy :math:`\\pi(a|s) = \\mathrm{softmax}(z_\\theta(s))_a`.
 
@@ -110,6 +112,10 @@ def categorical_actor(
         spec: action spec to attach; defaults to ``Categorical(n_actions)`` /
             ``OneHot(n_actions)``.
         obs_key: key of the observation.
+        mask_key: key of an action mask ``[*, n]`` (e.g. ``keys.ACTION_MASK``; bool or int8,
+            nonzero where valid): the logits of masked actions become the dtype's lowest value
+            (:class:`~rlkit.modules.masks.MaskedHead`), so the policy, its log-probabilities,
+            entropy and mode run over the valid actions only. The network never reads it.
 
     Example:
         >>> from tensordict import TensorDict
@@ -127,7 +133,11 @@ def categorical_actor(
         layer_norm=layer_norm,
         out_gain=POLICY_OUT_GAIN,
     )
-    module = TensorDictModule(_head(backbone, net), in_keys=[obs_key], out_keys=[keys.LOGITS])
+    if mask_key is None:
+        module = TensorDictModule(_head(backbone, net), in_keys=[obs_key], out_keys=[keys.LOGITS])
+    else:
+        head = MaskedHead(_head(backbone, net))
+        module = TensorDictModule(head, in_keys=[obs_key, mask_key], out_keys=[keys.LOGITS])
     if spec is None:
         spec = OneHot(n_actions) if one_hot else Categorical(n_actions)
     return ProbabilisticActor(
@@ -349,6 +359,7 @@ def make_actor(
     in_features: int | None = None,
     obs_key: NestedKey = keys.OBSERVATION,
     tanh: bool = False,
+    action_mask: bool | None = None,
     **kw,
 ) -> ProbabilisticActor:
     """Build the actor that fits the specs of an environment.
@@ -359,6 +370,12 @@ def make_actor(
     continuous ``Unbounded`` -> :func:`gaussian_actor` with ``tanh=False``. Anything else
     (MultiCategorical, Binary, MultiOneHot, Composite actions, non-flat observations without
     a backbone) raises ``ValueError`` naming the spec.
+
+    An observation spec holding :data:`rlkit.keys.ACTION_MASK` (a Dict observation's
+    ``"action_mask"`` entry, or TorchRL's ``ActionMask`` key) gives a masked categorical actor
+    (``mask_key=keys.ACTION_MASK``, see :func:`categorical_actor`); continuous actions with a
+    mask are refused in one line naming the recipes that read masks. ``action_mask=False``
+    ignores the entry.
 
     The actor is checked against the action spec before it is returned
     (:func:`rlkit.modules.compat.check_actor_spec`), so an override in ``**kw`` (``spec``,
@@ -372,6 +389,8 @@ def make_actor(
         backbone, in_features: feature extractor and its output width (see
             :func:`~rlkit.modules.critics.observation_features`).
         tanh: for continuous actions, TanhNormal (SAC) instead of Normal (PPO).
+        action_mask: read the observation spec's action mask (None: when it has one; True:
+            it must have one; False: ignore it).
         **kw: forwarded to the builder (``hidden``, ``activation``, ``init_log_std``, ...).
 
     Example:
@@ -396,8 +415,10 @@ def make_actor(
     leaf = action_spec[keys.ACTION] if isinstance(action_spec, Composite) else action_spec
     common = dict(backbone=backbone, obs_key=obs_key, spec=leaf)
     common.update(kw)
+    mask_key = _mask_key(observation_spec, action_mask, info, batch)
     if info.kind != "continuous":
         kw_one_hot = common.pop("one_hot", info.kind == "one_hot")
+        common.setdefault("mask_key", mask_key)
         actor = categorical_actor(width, info.size, one_hot=kw_one_hot, **common)
     elif not tanh and common.get("bounded_loc"):
         if info.low is None:
@@ -418,6 +439,23 @@ def make_actor(
         actor = gaussian_actor(width, info.size, tanh=True, low=info.low, high=info.high, **common)
     check_actor_spec(actor, leaf, batch_shape=batch)
     return actor
+
+
+def _mask_key(observation_spec, wanted: bool | None, info, batch: tuple) -> NestedKey | None:
+    """The action mask key ``make_actor`` reads, or None (see its docstring)."""
+    found = mask_key_of(observation_spec)
+    if wanted is False:
+        return None
+    if found is None:
+        if wanted:
+            raise ValueError(
+                f"action_mask=True, but the observation spec has no {keys.ACTION_MASK!r} entry"
+            )
+        return None
+    if info.kind == "continuous":
+        raise refuse_mask("a continuous-action (Gaussian) policy")
+    check_mask_spec(observation_spec, info.size, len(batch))
+    return found
 
 
 def shared_actor_critic(

@@ -101,11 +101,16 @@ def q_critic_discrete(
     layer_norm: bool = False,
     backbone: nn.Module | None = None,
     obs_key: NestedKey = keys.OBSERVATION,
+    mask_key: NestedKey | None = None,
 ) -> ValueOperator:
     """Discrete action-value critic :math:`Q_\\phi(s, \\cdot) \\in \\mathbb{R}^n` (DQN).
 
     Reads ``obs_key`` ``[*, F]``, writes ``keys.ACTION_VALUE`` ``[*, n_actions]``. Greedy
     action selection (e.g. TorchRL's ``QValueModule``) is left to the algorithm.
+
+    ``mask_key`` (e.g. ``keys.ACTION_MASK``): also read an action mask ``[*, n]`` and write the
+    dtype's lowest value for the masked actions (:class:`~rlkit.modules.masks.MaskedHead`), so
+    a greedy choice and a target's max run over the valid actions only.
 
     Example:
         >>> from tensordict import TensorDict
@@ -117,6 +122,12 @@ def q_critic_discrete(
         backbone,
         mlp(in_features, n_actions, hidden=hidden, activation=activation, layer_norm=layer_norm),
     )
+    if mask_key is not None:
+        from rlkit.modules.masks import MaskedHead
+
+        return ValueOperator(
+            MaskedHead(net), in_keys=[obs_key, mask_key], out_keys=[keys.ACTION_VALUE]
+        )
     return ValueOperator(net, in_keys=[obs_key], out_keys=[keys.ACTION_VALUE])
 
 

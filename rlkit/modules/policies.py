@@ -77,6 +77,10 @@ class TanhActorPolicy(nn.Module):
 class EpsilonExploration(nn.Module):
     """Replace each env's action by a uniform random one with probability ``epsilon``.
 
+    When the policy reads an action mask (:data:`rlkit.keys.ACTION_MASK`), the random action
+    is uniform over the valid actions of each row
+    (:func:`~rlkit.modules.masks.random_valid_action`).
+
     Wraps a policy (greedy Q policy for DQN, the stochastic actor for SAC) and the env's
     action spec. ``epsilon = 1`` gives the uniform random actions of the initial fill;
     ``epsilon = 0`` leaves the policy's actions untouched. The learner sets ``epsilon``
@@ -88,6 +92,18 @@ class EpsilonExploration(nn.Module):
         self.policy, self.action_spec, self.epsilon = policy, action_spec, float(epsilon)
         self.in_keys = list(policy.in_keys)
         self.out_keys = list(getattr(policy, "out_keys", [keys.ACTION]))
+        self.masked = keys.ACTION_MASK in self.in_keys
+
+    def _random(self, tensordict: TensorDictBase, action: torch.Tensor) -> torch.Tensor:
+        batch = tensordict.batch_size
+        if not self.masked:
+            return self.action_spec.rand(batch).to(action.device)
+        from rlkit.modules.masks import random_valid_action
+
+        index = random_valid_action(tensordict.get(keys.ACTION_MASK).to(action.device))
+        if action.shape == batch:  # index actions
+            return index
+        return nn.functional.one_hot(index, action.shape[-1])
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         tensordict = self.policy(tensordict)
@@ -95,7 +111,7 @@ class EpsilonExploration(nn.Module):
             return tensordict
         action = tensordict.get(keys.ACTION)
         batch = tensordict.batch_size
-        random = self.action_spec.rand(batch).to(action.device)
+        random = self._random(tensordict, action)
         if self.epsilon >= 1:
             tensordict.set(keys.ACTION, random.to(action.dtype))
             return tensordict

@@ -122,7 +122,9 @@ def nstep_transitions(batch: TensorDictBase, *, n: int, gamma: float) -> TensorD
       of step :math:`t + m - 1` (a truncated window bootstraps from the true final state);
     - :data:`BOOTSTRAP_DISCOUNT` :math:`= \gamma^m` ``[N * T, 1]``.
 
-    ``observation`` and ``action`` are those of step :math:`t`. Windows are cut at the end
+    ``observation`` and ``action`` are those of step :math:`t` (and ``action_mask``, when the
+    batch holds one; ``("next", "action_mask")`` is then step :math:`t + m - 1`'s, the mask
+    of the state the target bootstraps from). Windows are cut at the end
     of the batch rather than carried into the next one, so the last :math:`n - 1` steps of
     each env hold shorter (still exact) returns.
     """
@@ -150,9 +152,16 @@ def nstep_transitions(batch: TensorDictBase, *, n: int, gamma: float) -> TensorD
         alive = valid & ~done.gather(1, clamped)
     length = (end - t + 1).to(reward.dtype)
     rows = torch.arange(num, device=device)[:, None].expand(num, steps)
-    out = batch.select(keys.OBSERVATION, keys.ACTION).clone()
+    masked = batch.get(keys.ACTION_MASK, None) is not None
+    now = (
+        (keys.OBSERVATION, keys.ACTION, keys.ACTION_MASK)
+        if masked
+        else (keys.OBSERVATION, keys.ACTION)
+    )
+    out = batch.select(*now).clone()
     nxt = batch.get(keys.NEXT)
-    for key in (keys.OBSERVATION, keys.TERMINATED[-1], keys.DONE[-1]):
+    later = (keys.OBSERVATION, keys.TERMINATED[-1], keys.DONE[-1])
+    for key in (*later, keys.ACTION_MASK) if masked else later:
         out.set((keys.NEXT, key), nxt.get(key)[rows, end])
     out.set(keys.REWARD, total.unsqueeze(-1))
     out.set(BOOTSTRAP_DISCOUNT, torch.pow(gamma, length).unsqueeze(-1))

@@ -515,10 +515,51 @@ class DiscreteSACLoss(_SACBase):
     (``rlkit.modules.q_critic_discrete``). Keys read and outputs as :class:`SACLoss`, with
     ``action`` int64 ``[B]`` or one-hot ``[B, n]``. ``target_entropy`` defaults to
     :math:`0.98 \log n`.
+
+    A masked actor (one reading :data:`rlkit.keys.ACTION_MASK`, built by ``make_actor`` for an
+    env with a mask) puts probability 0 on masked actions, so the expectations above run over
+    the valid actions only: the target's over the next state's (``("next", "action_mask")``
+    is read), with the masked log-probabilities taken as 0 there (they hold the dtype's lowest
+    value, and :math:`\alpha` times it can overflow to ``-inf``, whose product with a 0
+    probability is NaN). The default target entropy is then per state,
+    :math:`0.98 \log n_{valid}(s)`: the uniform policy's entropy over the valid actions (a
+    state with one valid action targets 0).
     """
 
     q_out_key = keys.ACTION_VALUE
     q_builder = "q_critic_discrete"
+
+    def __init__(
+        self,
+        actor: nn.Module,
+        q1: nn.Module,
+        q2: nn.Module,
+        *,
+        gamma: float = 0.99,
+        tau: float = 0.005,
+        target_period: int = 1,
+        alpha_init: float = 1.0,
+        learn_alpha: bool = True,
+        target_entropy: float | None = None,
+        n_steps: int = 1,
+        priority_weights: str | None = None,
+    ) -> None:
+        super().__init__(
+            actor,
+            q1,
+            q2,
+            gamma=gamma,
+            tau=tau,
+            target_period=target_period,
+            alpha_init=alpha_init,
+            learn_alpha=learn_alpha,
+            target_entropy=target_entropy,
+            n_steps=n_steps,
+            priority_weights=priority_weights,
+        )
+        self.masked = keys.ACTION_MASK in list(actor.in_keys)
+        #: the default target entropy of a masked actor: this fraction of log n_valid(s)
+        self._entropy_fraction = 0.98 if target_entropy is None and self.masked else None
 
     def _check_action_space(self, actor: nn.Module) -> None:
         if _is_discrete(_action_leaf(actor)) is False:
@@ -542,7 +583,17 @@ class DiscreteSACLoss(_SACBase):
         """``(probs, log_probs)`` ``[B, n]`` of the categorical policy."""
         dist = actor_dist(self.actor, tensordict)
         logits = dist.logits
+        if self.masked:  # 0, not the lowest float, where masked: alpha * it may be -inf
+            mask = tensordict.get(keys.ACTION_MASK) != 0
+            return logits.softmax(-1), logits.log_softmax(-1).masked_fill(~mask, 0.0)
         return logits.softmax(-1), logits.log_softmax(-1)
+
+    def _target_entropy(self, tensordict: TensorDictBase) -> Tensor | float:
+        """:attr:`target_entropy`, or per state ``0.98 log n_valid(s)`` for a masked actor."""
+        if self._entropy_fraction is None:
+            return self.target_entropy
+        valid = (tensordict.get(keys.ACTION_MASK) != 0).sum(-1).clamp(min=1)
+        return self._entropy_fraction * valid.to(torch.float32).log()
 
     def _q(self, network: nn.Module, tensordict: TensorDictBase) -> Tensor:
         return call_network(network, tensordict, self.q_out_key)
@@ -576,4 +627,5 @@ class DiscreteSACLoss(_SACBase):
             q = torch.minimum(self._q(self.q1, tensordict), self._q(self.q2, tensordict))
         loss = (probs * (self.alpha * log_probs - q)).sum(-1).mean()
         entropy = -(probs * log_probs).sum(-1).detach()
-        return loss, entropy - self.target_entropy, {ENTROPY: entropy.mean()}
+        gap = entropy - self._target_entropy(tensordict)
+        return loss, gap, {ENTROPY: entropy.mean()}
