@@ -164,3 +164,18 @@ def test_the_opening_line_names_the_preset(tmp_path, capsys):
     assert first.startswith("ppo on rlkit-test/Line-v0 (preset *:continuous): "), first
     cartpole = parse_config(_config("ppo").CONFIG, [], presets=_config("ppo").PRESETS)
     assert applied_preset(cartpole) == "defaults"
+
+
+def test_a_suite_whose_package_is_missing_is_one_line_naming_the_extra():
+    try:
+        import mujoco  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("mujoco is installed here")
+    from rlkit.envs import make_env
+
+    with pytest.raises(
+        ValueError, match=r'Swimmer-v5 needs a package .*pip install -e "\.\[mujoco\]"'
+    ):
+        make_env("Swimmer-v5")

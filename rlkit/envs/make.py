@@ -216,6 +216,12 @@ def _make_vector_env(
                 wrappers=list(wrappers),
                 **kwargs,
             )
+        except gymnasium.error.DependencyNotInstalled as err:
+            said = " ".join(str(err).split())
+            extra = 'pip install -e ".[mujoco]"' if "mujoco" in said.lower() else said
+            raise ValueError(
+                f"{env_id} needs a package that is not installed ({said}): {extra}"
+            ) from None
         except TypeError as err:
             if not env_kwargs or "unexpected keyword argument" not in str(err):
                 raise
