@@ -52,6 +52,8 @@ class Job:
     run: str = ""
     #: after the job, rank 0 copies the run directory to ``<run>@<name>`` (what it held then)
     keep: bool = False
+    #: the exit status both ranks must end the job with (another one stops the launch)
+    expect: int = 0
 
     @property
     def run_dir(self) -> str:
@@ -59,8 +61,9 @@ class Job:
 
     @property
     def launches(self) -> bool:
-        """Whether the run starts its ranks through Lightning (``--devices 2``)."""
-        return self.recipe is not None or "--devices" in self.argv
+        """Whether the run starts its ranks through Lightning (``--devices 2``; a run that
+        is to fail may stop before)."""
+        return self.expect == 0 and (self.recipe is not None or "--devices" in self.argv)
 
 
 def _flags(line: str) -> tuple[str, ...]:
@@ -155,6 +158,10 @@ JOBS = [
         _flags("--total-frames 1280 --eval-every 0 --eval-episodes 4 --progress false"),
         recipe="svpg",
     ),
+    # tests/test_subprocess.py: a resume from a checkpoint that is missing or corrupt fails on
+    # both ranks with exit status 2 (bad.pt: written by launch)
+    Job("resume-missing", _flags("--progress false --resume {root}/missing.pt"), "ppo", expect=2),
+    Job("resume-corrupt", _flags("--progress false --resume {root}/bad.pt"), "ppo", expect=2),
     # tests/test_own_env.py: a research script's ppo.train(cfg, env=TorchCorridor)
     Job(
         "own-env",
@@ -252,12 +259,12 @@ def main(spec_file: str) -> None:
         os.dup2(log, 2)
         os.close(log)
         _fresh_warnings()
-        argv = [*(DDP if job.recipe else ()), *job.argv, "--run-dir", str(root / job.run_dir)]
-        code = _run(job, argv)
+        argv = [a.replace("{root}", str(root)) for a in (*(DDP if job.recipe else ()), *job.argv)]
+        code = _run(job, [*argv, "--run-dir", str(root / job.run_dir)])
         sys.stdout.flush()
         sys.stderr.flush()
         (root / f"{job.name}.rank{rank}").write_text(str(code))
-        if code != 0:  # the other rank would wait for this one: stop both
+        if code != job.expect:  # the other rank would wait for this one: stop both
             os.killpg(os.getpgrp(), signal.SIGKILL)
         if job.keep and rank == 0:
             shutil.copytree(root / job.run_dir, root / f"{job.run_dir}@{job.name}")
@@ -291,13 +298,13 @@ class Result:
         return [f.read_text() if f.is_file() else None for f in files]
 
     def check(self, *, quiet: bool = False) -> None:
-        """Both ranks ran the job to the end with exit status 0 (``quiet``: and printed no
+        """Both ranks ran the job to the end with its exit status (``quiet``: and printed no
         warning)."""
         codes = self.codes()
-        if codes != ["0", "0"]:
+        if codes != [str(self.job.expect)] * 2:
             names = json.loads((self.root / "spec.json").read_text())["jobs"]
             statuses = {n: Result(BY_NAME[n], self.root).codes() for n in names}
-            failed = [n for n, c in statuses.items() if set(c) - {None, "0"}]
+            failed = [n for n, c in statuses.items() if set(c) - {None, str(BY_NAME[n].expect)}]
             launch = (self.root / "launch.txt").read_text()[-2000:]
             raise AssertionError(
                 f"{self.job.name}: exit status per rank {codes}; the launch stopped at "
@@ -328,12 +335,14 @@ def _group_gone(pgid: int, timeout: float) -> bool:
     return False
 
 
-def launch(root: Path, names, timeout: float = 900) -> dict[str, Result]:
-    """Run the jobs named (and those they continue) in one launch under ``root``."""
+def launch(root: Path, names, timeout: float = 1200, stall: float = 300) -> dict[str, Result]:
+    """Run the jobs named (and those they continue) in one launch under ``root``; it is
+    stopped after ``timeout`` seconds, or ``stall`` seconds without a job ending."""
     jobs = with_earlier(names)
     root.mkdir(parents=True, exist_ok=True)
     spec = root / "spec.json"
     spec.write_text(json.dumps({"root": str(root), "jobs": [j.name for j in jobs]}))
+    (root / "bad.pt").write_bytes(b"not a checkpoint")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop(PORTS, None)
     for name in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_PORT", "MASTER_ADDR"):
@@ -347,12 +356,17 @@ def launch(root: Path, names, timeout: float = 900) -> dict[str, Result]:
             stderr=out,
             start_new_session=True,  # both ranks in one group: nothing outlives the launch
         )
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            out.write(f"\nthe launch did not end within {timeout} s\n")
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        start = last = time.monotonic()
+        done = 0
+        while proc.poll() is None:
+            time.sleep(1)
+            now, statuses = time.monotonic(), len(list(root.glob("*.rank[01]")))
+            if statuses > done:
+                done, last = statuses, now
+            if now - last > stall or now - start > timeout:  # a rank waiting for ever
+                out.write(f"\nstopped: {statuses} job statuses after {now - start:.0f} s\n")
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
         if not _group_gone(proc.pid, 30):  # rank 1 ends right after rank 0
             os.killpg(proc.pid, signal.SIGKILL)
     return {job.name: Result(job, root) for job in jobs}

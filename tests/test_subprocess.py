@@ -381,14 +381,13 @@ def test_ddp_run_killed_at_a_random_point_resumes_without_losing_or_repeating_fr
 
 
 @pytest.mark.slow
-def test_ddp_resume_from_a_bad_checkpoint_fails_on_every_rank_without_hanging(tmp_path):
-    bad = tmp_path / "bad.pt"
-    bad.write_bytes(b"not a checkpoint")
-    for path in (tmp_path / "missing.pt", bad):
-        proc = _run(
-            ["recipes/ppo.py", "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp"]
-            + ["--progress", "false", "--resume", str(path), "--run-dir", str(tmp_path / "r")],
-            timeout=120,  # a rank left waiting in a collective would hang here
-        )
-        assert proc.returncode == 2, proc.stderr[-3000:]
-        assert str(path) in proc.stderr
+@pytest.mark.ddp_jobs("resume-missing", "resume-corrupt")
+def test_ddp_resume_from_a_bad_checkpoint_fails_on_every_rank_without_hanging(ddp_jobs):
+    """Shared launches (tests/ddp_shared.py): ``--resume`` a missing file, then a file of 16
+    bytes that is no checkpoint, on two ranks. Both ranks end with exit status 2 and name the
+    file; a rank left waiting in a collective would stop the launch (300 s without a run
+    ending)."""
+    for name, file in (("resume-missing", "missing.pt"), ("resume-corrupt", "bad.pt")):
+        run = ddp_jobs[name]
+        run.check()  # exit status 2 on both ranks
+        assert str(run.root / file) in run.output
