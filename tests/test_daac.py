@@ -28,7 +28,6 @@ from rlkit.objectives import daac as daac_module
 from rlkit.objectives.daac import DAACLoss, DAACValueLoss
 from rlkit.training import checkpoint as ckpt
 from rlkit.training.engine import Context, Counters
-from tests.test_subprocess import run_ddp
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
@@ -607,9 +606,10 @@ def test_continuous_actions_and_resume_with_both_optimisers(recipe, tmp_path):
 
 
 @pytest.mark.slow
-def test_ddp_two_processes_keep_parameters_identical(tmp_path):
-    run_dir = tmp_path / "ddp"
-    summary = run_ddp("daac", run_dir, "--total-frames", "2048", "--value-freq", "2", *QUIET)
+@pytest.mark.ddp_jobs("daac")  # a shared launch: tests/ddp_shared.py (--value-freq 2, QUIET)
+def test_ddp_two_processes_keep_parameters_identical(ddp_jobs):
+    run = ddp_jobs["daac"]
+    summary = run.summary()
     assert summary["frames"] == 2048  # 2 ranks x 8 envs x 32 steps x 4 batches
-    payload = ckpt.load(run_dir / "checkpoints" / "last.pt")
+    payload = ckpt.load(run.dir / "checkpoints" / "last.pt")
     assert payload["learner"]["batches_seen"] == 4

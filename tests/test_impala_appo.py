@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import json
 import re
 import subprocess
 import sys
@@ -219,39 +218,30 @@ def test_bad_flags_are_named(recipe, flag, value, message, capsys):
 
 
 @pytest.mark.slow
-def test_appo_ddp_keeps_parameters_identical(tmp_path):
-    run_dir = tmp_path / "ddp"
-    command = [sys.executable, "recipes/appo.py", "--accelerator", "cpu", "--devices", "2"]
-    command += ["--strategy", "ddp", "--total-frames", "2048", "--eval-every", "0"]
-    command += ["--eval-episodes", "2", "--progress", "false", "--run-dir", str(run_dir)]
-    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads((run_dir / "summary.json").read_text())
+@pytest.mark.ddp_jobs("appo")  # a shared launch: tests/ddp_shared.py (2,048 frames)
+def test_appo_ddp_keeps_parameters_identical(ddp_jobs):
+    run = ddp_jobs["appo"]
+    summary = run.summary()
     assert summary["world_size"] == 2 and summary["frames"] == 2048
     assert summary["rank_param_max_diff"] == 0.0
-    payload = ckpt.load(run_dir / "checkpoints" / "last.pt")
+    payload = ckpt.load(run.dir / "checkpoints" / "last.pt")
     assert int(payload["modules"]["target_actor"]["step_count"]) == 4
 
 
 @pytest.mark.slow
-def test_target_kl_stops_every_ddp_rank_at_the_same_step(tmp_path):
+@pytest.mark.ddp_jobs("ppo-target-kl")  # a shared launch: tests/ddp_shared.py (its flags)
+def test_target_kl_stops_every_ddp_rank_at_the_same_step(ddp_jobs):
     """--target-kl on two ranks: each rank's minibatch has its own KL, so the stop reads the
     ranks' mean; a rank stopping alone would leave the other waiting in the gradient
-    all-reduce. PPO, a tight target: the run ends, every update stops early, and the ranks'
-    parameters are identical."""
+    all-reduce. PPO, a tight target (--target-kl 1e-4; 4 envs x 64 steps, 4 epochs of
+    minibatches of 64): the run ends, every update stops early, and the ranks' parameters
+    are identical."""
     import csv
 
-    run_dir = tmp_path / "ddp"
-    command = [sys.executable, "recipes/ppo.py", "--accelerator", "cpu", "--devices", "2"]
-    command += ["--strategy", "ddp", "--total-frames", "2048", "--eval-every", "0"]
-    command += ["--num-envs", "4", "--rollout-steps", "64", "--epochs", "4"]
-    command += ["--minibatch-size", "64", "--target-kl", "1e-4"]
-    command += ["--eval-episodes", "2", "--progress", "false", "--run-dir", str(run_dir)]
-    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads((run_dir / "summary.json").read_text())
+    run = ddp_jobs["ppo-target-kl"]
+    summary = run.summary()
     assert summary["world_size"] == 2 and summary["rank_param_max_diff"] == 0.0
-    with open(run_dir / "metrics.csv") as f:
+    with open(run.dir / "metrics.csv") as f:
         steps = [float(r["grad_steps"]) for r in csv.DictReader(f) if r.get("grad_steps")]
     assert steps and all(1 <= n < 16 for n in steps), steps  # of 4 epochs x 4 minibatches
 

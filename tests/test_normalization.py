@@ -7,9 +7,7 @@ import json
 import math
 import os
 import pickle
-import socket
-import subprocess
-import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -127,49 +125,34 @@ def test_all_reduce_is_a_no_op_without_distributed():
     assert torch.equal(rms.mean, before)
 
 
-_RANK_SCRIPT = """
-import json, os, sys
-import numpy as np, torch, torch.distributed as dist
-from rlkit.modules.normalization import RunningMeanStd
-rank = int(os.environ["RANK"])
-batches = [np.asarray(b) for b in json.loads(open(sys.argv[1]).read())]
-dist.init_process_group("gloo")
-rms = RunningMeanStd((3,))
-rms.update(torch.as_tensor(batches[0]))  # data every rank saw before the first sync
-rms.all_reduce_()
-rms.update(torch.as_tensor(batches[1 + rank]))  # rank-specific data
-rms.all_reduce_()
-rms.update(torch.as_tensor(batches[3][rank::2]))  # a second round
-rms.all_reduce_()
-print(json.dumps([rms.mean.tolist(), rms.var.tolist(), rms.count.item()]))
-dist.destroy_process_group()
-"""
+def all_reduce_on_this_rank(argv: list[str]) -> None:
+    """One rank of a two-rank gloo group (tests/ddp_shared.py's job "all-reduce"): the
+    statistics of BATCHES as this rank sees them, synchronised three times, written to
+    ``<run-dir>/rank<r>.json``."""
+    rank = int(os.environ["LOCAL_RANK"])
+    out = Path(argv[argv.index("--run-dir") + 1])
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        rms = RunningMeanStd((3,))
+        rms.update(torch.as_tensor(BATCHES[0]))  # data every rank saw before the first sync
+        rms.all_reduce_()
+        rms.update(torch.as_tensor(BATCHES[1 + rank]))  # rank-specific data
+        rms.all_reduce_()
+        rms.update(torch.as_tensor(BATCHES[3][rank::2]))  # a second round
+        rms.all_reduce_()
+        out.mkdir(parents=True, exist_ok=True)
+        result = [rms.mean.tolist(), rms.var.tolist(), rms.count.item()]
+        (out / f"rank{rank}.json").write_text(json.dumps(result))
+    finally:
+        dist.destroy_process_group()
 
 
 @pytest.mark.slow
-def test_all_reduce_across_two_ranks_counts_each_sample_once(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2"}
-    batches = tmp_path / "batches.json"
-    batches.write_text(json.dumps([b.tolist() for b in BATCHES]))
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _RANK_SCRIPT, str(batches)],
-            env={**env, "RANK": str(rank)},
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for rank in range(2)
-    ]
-    try:
-        outputs = [p.communicate(timeout=120)[0] for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    assert [p.returncode for p in procs] == [0, 0]
-    results = [json.loads(out.strip().splitlines()[-1]) for out in outputs]
+@pytest.mark.ddp_jobs("all-reduce")  # a shared launch (tests/ddp_shared.py)
+def test_all_reduce_across_two_ranks_counts_each_sample_once(ddp_jobs):
+    run = ddp_jobs["all-reduce"]
+    run.check()
+    results = [json.loads((run.dir / f"rank{r}.json").read_text()) for r in (0, 1)]
     # the first batch was seen by both ranks before the first all_reduce_: once per rank
     data = np.concatenate([BATCHES[0], BATCHES[0], BATCHES[1], BATCHES[2], BATCHES[3]])
     mean, var = _with_prior(data, 1e-4)

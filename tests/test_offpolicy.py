@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import math
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -450,47 +449,17 @@ def test_tanh_actor_policy_matches_the_actor():
         TanhActorPolicy(make_actor(env.observation_spec, env.action_spec))
 
 
-# DQN's two-rank run is tests/test_subprocess.py's replay-buffer test, with these flags
+# DQN's two-rank run is tests/test_subprocess.py's replay-buffer test, SAC's a shared launch
+# (tests/ddp_shared.py: --steps-per-batch 8 --learning-starts 32 --batch-size 32 --hidden 32,
+# 256 frames)
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "recipe, args",
-    [
-        (
-            "sac",
-            [
-                "--steps-per-batch",
-                "8",
-                "--learning-starts",
-                "32",
-                "--batch-size",
-                "32",
-                "--log-every",
-                "1",
-            ],
-        ),
-    ],
-)
-def test_ddp_two_ranks_keep_parameters_identical(recipe, args, tmp_path):
-    import json
-    import os
-    import subprocess
-
-    run_dir = tmp_path / "ddp"
-    command = [
-        sys.executable, f"recipes/{recipe}.py", *args, "--hidden", "32",
-        "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp",
-        "--total-frames", "256", "--eval-every", "0", "--eval-episodes", "2",
-        "--progress", "false", "--run-dir", str(run_dir),
-    ]  # fmt: skip
-    proc = subprocess.run(
-        command, cwd=ROOT, capture_output=True, text=True, timeout=600,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads((run_dir / "summary.json").read_text())
+@pytest.mark.ddp_jobs("sac")
+def test_ddp_two_ranks_keep_parameters_identical(ddp_jobs):
+    run = ddp_jobs["sac"]
+    summary = run.summary()
     assert summary["world_size"] == 2 and summary["frames"] == 256
     assert summary["rank_param_max_diff"] == 0.0
-    rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
+    rows = list(csv.DictReader((run.dir / "metrics.csv").open()))
     assert float(rows[-1]["gradient_steps"]) > 0  # both ranks trained (same step count)
 
 

@@ -311,42 +311,24 @@ def test_a_population_builds_its_members_envs_from_the_factory(tmp_path):
     assert summary["frames"] == 256 and len(summary["population"]) > 0
 
 
+def train_corridor(argv: list[str]) -> None:
+    """What a research script runs on every rank: ``ppo.train(parse("ppo", argv),
+    env=TorchCorridor)`` (tests/ddp_shared.py's job "own-env")."""
+    from rlkit.algorithms import ppo
+    from rlkit.training.cli import parse
+
+    ppo.train(parse("ppo", argv), env=TorchCorridor)
+
+
 @pytest.mark.slow
-def test_a_torchrl_env_trains_on_two_ddp_ranks(tmp_path):
-    script = tmp_path / "train_corridor.py"
-    script.write_text(
-        textwrap.dedent(
-            """
-            import sys
-
-            from rlkit.algorithms import ppo
-            from rlkit.training.cli import parse
-            from tests.test_own_env import TorchCorridor
-
-            if __name__ == "__main__":
-                ppo.train(parse("ppo", sys.argv[1:]), env=TorchCorridor)
-            """
-        )
-    )
-    run_dir = tmp_path / "run"
-    result = subprocess.run(
-        [sys.executable, str(script), "--devices", "2", "--strategy", "ddp"]
-        + ["--accelerator", "cpu", "--total-frames", "1024", "--num-envs", "4"]
-        + ["--rollout-steps", "64", "--minibatch-size", "64", "--eval-every", "0"]
-        + ["--eval-episodes", "2", "--max-episode-steps", "50", "--progress", "false"]
-        + ["--run-dir", str(run_dir)],
-        capture_output=True,
-        text=True,
-        env=subprocess_env(),
-        cwd=tmp_path,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr
-    summary = json.loads((run_dir / "summary.json").read_text())
+@pytest.mark.ddp_jobs("own-env")  # a shared launch: tests/ddp_shared.py (--devices 2 ... ddp)
+def test_a_torchrl_env_trains_on_two_ddp_ranks(ddp_jobs):
+    run = ddp_jobs["own-env"]
+    summary = run.summary()
     assert summary["world_size"] == 2 and summary["rank_param_max_diff"] == 0.0
     assert summary["env"] == "tests.test_own_env:TorchCorridor"
     # one line per process that collects (rank 0 and rank 1), none per batch
-    assert len(re.findall(re.escape(FALLBACK), result.stderr)) == 2, result.stderr
+    assert len(re.findall(re.escape(FALLBACK), run.output)) == 2, run.output
 
 
 # --------------------------------------------------------------------------- the docs page

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 
 import pytest
 
@@ -19,7 +20,6 @@ from rlkit.algorithms import config_class, ppo
 from rlkit.training import checkpoint as ckpt
 from rlkit.training import parse_config
 from rlkit.training.population import rank_members
-from tests.test_subprocess import _run
 
 SETTINGS = [
     {"lr": 1e-3, "entropy_coef": 0.0},
@@ -72,22 +72,17 @@ def _max_diff(a: dict[str, dict], b: dict[str, dict], member: int | None = None)
     return max((a[n][k] - b[n][k]).abs().max().item() for n in names for k in a[n])
 
 
-def _ddp(run_dir, *flags: str):
-    proc = _run(
-        ["recipes/ppo.py", "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp"]
-        + [*FLAGS, *SWEEP, *flags, "--run-dir", str(run_dir)],
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "Warning" not in proc.stderr and "deprecated" not in proc.stderr, proc.stderr[-3000:]
-    return json.loads((run_dir / "summary.json").read_text())
-
-
 @pytest.mark.slow
-def test_two_ranks_train_the_one_process_population_and_resume_it(tmp_path):
-    one, two = tmp_path / "one", tmp_path / "two"
+@pytest.mark.ddp_jobs("population", "population-resume")
+def test_two_ranks_train_the_one_process_population_and_resume_it(tmp_path, ddp_jobs):
+    """The two-rank runs (256 frames, then a resume to 384) are shared launches
+    (tests/ddp_shared.py: FLAGS and SWEEP); each prints no warning."""
+    one = tmp_path / "one"
     ppo.main([*FLAGS, *SWEEP, "--total-frames", "256", "--run-dir", str(one)])
-    summary = _ddp(two, "--total-frames", "256")
+    first, resumed = ddp_jobs["population"], ddp_jobs["population-resume"]
+    first.check(quiet=True)
+    two = first.dir
+    summary = json.loads((two / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["frames"] == 256  # per member
     assert summary["rank_param_max_diff"] is None  # the ranks hold different members
 
@@ -135,7 +130,10 @@ def test_two_ranks_train_the_one_process_population_and_resume_it(tmp_path):
 
     # resume: two ranks continue as the one-process population's resume does
     ppo.main([*FLAGS, *SWEEP, "--total-frames", "384", "--resume", "last", "--run-dir", str(one)])
-    summary = _ddp(two, "--total-frames", "384", "--resume", "last")
+    resumed.check(quiet=True)
+    two = tmp_path / "two"  # a copy: the refusal below must not touch the shared run
+    shutil.copytree(resumed.dir, two)
+    summary = json.loads((two / "summary.json").read_text())
     assert summary["frames"] == 384
     pop1, pop2 = _members(one, 1), _members(two, 2)
     assert _max_diff(pop1, pop2) < 1e-5

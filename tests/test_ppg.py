@@ -4,9 +4,6 @@ IMPALA-CNN preset, DDP. References are computed here (KL by hand, saved paramete
 from __future__ import annotations
 
 import io
-import json
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -314,35 +311,11 @@ def test_encoder_and_config_mismatches_are_named():
 
 
 @pytest.mark.slow
-def test_ddp_two_processes_train_and_agree(tmp_path):
-    run_dir = tmp_path / "ddp"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "recipes/ppg.py",
-            "--accelerator",
-            "cpu",
-            "--devices",
-            "2",
-            "--strategy",
-            "ddp",
-            *TINY,
-            *QUIET,
-            "--total-frames",
-            "512",
-            "--eval-every",
-            "0",
-            "--run-dir",
-            str(run_dir),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads((run_dir / "summary.json").read_text())
+@pytest.mark.ddp_jobs("ppg")  # a shared launch: tests/ddp_shared.py (TINY, QUIET, 512 frames)
+def test_ddp_two_processes_train_and_agree(ddp_jobs):
+    run = ddp_jobs["ppg"]
+    summary = run.summary()
     assert summary["world_size"] == 2 and summary["frames"] == 512
     assert summary["rank_param_max_diff"] == 0.0
-    rows = (run_dir / "metrics.csv").read_text().splitlines()
+    rows = (run.dir / "metrics.csv").read_text().splitlines()
     assert "aux/loss_distill" in rows[0]  # 4 batches per rank, n_pi 2: two aux phases ran

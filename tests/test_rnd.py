@@ -18,7 +18,6 @@ from rlkit.objectives.rnd import RND, ReturnScaler
 from rlkit.training import checkpoint as ckpt
 from rlkit.value import non_episodic_gae
 from rlkit.value.functional import continuing_next_value
-from tests.test_subprocess import run_ddp
 
 
 # --------------------------------------------------------------------------- references
@@ -287,13 +286,12 @@ def test_checkpoint_holds_and_restores_the_running_statistics(tmp_path):
 
 
 @pytest.mark.slow
-def test_ddp_two_processes_keep_parameters_and_statistics_identical(tmp_path):
-    run_dir = tmp_path / "ddp"
-    flags = "--total-frames 1024 --num-envs 4 --rollout-steps 32 --minibatch-size 64 "
-    flags += "--eval-every 0 --eval-episodes 1 --progress false"
-    summary = run_ddp("rnd", run_dir, *flags.split())
+@pytest.mark.ddp_jobs("rnd")  # a shared launch: tests/ddp_shared.py (its flags)
+def test_ddp_two_processes_keep_parameters_and_statistics_identical(ddp_jobs):
+    run = ddp_jobs["rnd"]
+    summary = run.summary()
     assert summary["frames"] == 1024  # 2 ranks x 4 envs x 32 steps x 4 batches
-    state = ckpt.load(run_dir / "checkpoints" / "last.pt")["modules"]["intrinsic"]
+    state = ckpt.load(run.dir / "checkpoints" / "last.pt")["modules"]["intrinsic"]
     state = {k.removeprefix("rnd."): v for k, v in state.items()}
     # both ranks' observations were merged into the statistics
     assert float(state["obs_stats.count"]) == pytest.approx(1024, abs=1e-3)

@@ -219,20 +219,24 @@ def _reward_stats(path: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_ddp_resume_gives_each_rank_its_own_per_rank_state(tmp_path):
+@pytest.mark.ddp_jobs("ppo-rank-state", "ppo-rank-state-resume")
+def test_ddp_resume_gives_each_rank_its_own_per_rank_state(tmp_path, ddp_jobs):
     """Two PPO processes with DDP: they print no warning, count frames across ranks and end
     with identical parameters (observation statistics are all-gathered across ranks).
     Reward-scaling statistics are per rank (each rank's own envs): a DDP resume restores
-    rank 1's from rank 1's file, not rank 0's; a stale rank file falls back with a warning."""
+    rank 1's from rank 1's file, not rank 0's; a stale rank file falls back with a warning.
+    The first two runs are shared launches (tests/ddp_shared.py: its flags)."""
+    import shutil
+
     import torch
 
-    run_dir = tmp_path / "ddp"
-    flags = ["--normalize-reward", "true", "--eval-every", "0", "--eval-episodes", "2"]
-    flags += ["--progress", "false", "--checkpoint-every", "1024", "--normalize-obs", "true"]
-    summary = run_ddp("ppo", run_dir, *flags, "--total-frames", "2048", quiet=True)
+    from tests.ddp_shared import BY_NAME
+
+    first, resume = ddp_jobs["ppo-rank-state"], ddp_jobs["ppo-rank-state-resume"]
+    summary = first.summary(quiet=True)
     # frames are counted across ranks: 2 ranks x 8 envs x 32 steps per batch, 4 batches
     assert summary["frames"] == 2048
-    folder = run_dir / "checkpoints"
+    folder = first.dir / "checkpoints"
     zero, one = folder / "last.pt", folder / "rank1" / "last.pt"
     assert sorted(p.name for p in (folder / "rank1").iterdir()) == sorted(
         p.name for p in folder.iterdir() if p.is_file()
@@ -246,16 +250,22 @@ def test_ddp_resume_gives_each_rank_its_own_per_rank_state(tmp_path):
     assert all(torch.equal(p0["modules"]["actor"][k], v) for k, v in p1["modules"]["actor"].items())
 
     # resume with nothing left to train: the final checkpoint re-saves what each rank restored
-    run_ddp("ppo", run_dir, *flags, "--total-frames", "2048", "--resume", "last")
-    after = _reward_stats(one)
+    resume.summary()
+    after = _reward_stats(resume.dir / "checkpoints" / "rank1" / "last.pt")
     assert all(torch.equal(after[k], s1[k]) for k in s1), "rank 1 did not restore its own"
 
+    # the rest on a copy of that run
+    run_dir = tmp_path / "ddp"
+    shutil.copytree(resume.dir, run_dir)
+    folder = run_dir / "checkpoints"
+    zero, one = folder / "last.pt", folder / "rank1" / "last.pt"
+    flags = list(BY_NAME["ppo-rank-state"].argv)
     # a rank file from another frame count (a run killed between the ranks' writes): rank 0's
     stale = folder / "rank1" / "frames_000000001024.pt"
     one.write_bytes(stale.read_bytes())
     proc = _run(
         ["recipes/ppo.py", "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp"]
-        + [*flags, "--total-frames", "2048", "--resume", "last", "--run-dir", str(run_dir)]
+        + [*flags, "--resume", "last", "--run-dir", str(run_dir)]
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "rank 1" in proc.stderr and "does not match" in proc.stderr
@@ -267,14 +277,14 @@ def test_ddp_resume_gives_each_rank_its_own_per_rank_state(tmp_path):
     # rank 1's last.pt of the two-rank run at the same frame count: a later two-rank resume
     # must not pair them (rank 1 would keep other parameters than rank 0)
     proc = _run(
-        ["recipes/ppo.py", *flags, "--total-frames", "2048", "--run-dir", str(run_dir)]
+        ["recipes/ppo.py", *flags, "--run-dir", str(run_dir)]
         + ["--resume", str(folder / "frames_000000001024.pt")]
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert ckpt.load(zero)["counters"]["frames"] == ckpt.load(one)["counters"]["frames"]
     proc = _run(
         ["recipes/ppo.py", "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp"]
-        + [*flags, "--total-frames", "2048", "--resume", "last", "--run-dir", str(run_dir)]
+        + [*flags, "--resume", "last", "--run-dir", str(run_dir)]
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "rank 1" in proc.stderr and "does not match" in proc.stderr
@@ -298,31 +308,30 @@ def _tensors(tree, prefix=""):
 
 
 @pytest.mark.slow
-def test_ddp_resume_gives_each_rank_its_own_replay_buffer(tmp_path):
+@pytest.mark.ddp_jobs("dqn-buffers", "dqn-buffers-resume")
+def test_ddp_resume_gives_each_rank_its_own_replay_buffer(ddp_jobs):
     """DQN on two ranks (a fractional update-to-data ratio): both ranks train, the same
     gradient steps, and end with identical parameters. --save-buffer: each rank's buffer
     holds its own envs' transitions, and a resume restores each rank's own (rank 1 does not
-    get rank 0's)."""
+    get rank 0's). Both runs are shared launches (tests/ddp_shared.py: their flags)."""
     import csv
 
     import torch
 
-    run_dir = tmp_path / "dqn"
-    flags = ["--save-buffer", "true", "--learning-starts", "64", "--eval-every", "0"]
-    flags += ["--eval-episodes", "2", "--progress", "false", "--total-frames", "512"]
-    flags += ["--steps-per-batch", "64", "--utd-ratio", "0.25", "--hidden", "32"]
-    summary = run_ddp("dqn", run_dir, *flags)
+    first, resume = ddp_jobs["dqn-buffers"], ddp_jobs["dqn-buffers-resume"]
+    summary = first.summary()
     assert summary["frames"] == 512
-    rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
+    rows = list(csv.DictReader((first.dir / "metrics.csv").open()))
     assert float(rows[-1]["gradient_steps"]) > 0  # both ranks trained (same step count)
-    zero = run_dir / "checkpoints" / "last.pt"
-    one = run_dir / "checkpoints" / "rank1" / "last.pt"
+    zero = first.dir / "checkpoints" / "last.pt"
+    one = first.dir / "checkpoints" / "rank1" / "last.pt"
     b0 = _tensors(ckpt.load(zero)["learner"]["buffer"])
     b1 = _tensors(ckpt.load(one)["learner"]["buffer"])
     assert b0.keys() == b1.keys() and b0
     assert any(not torch.equal(b0[k], b1[k]) for k in b0), "the ranks' buffers agree"
-    run_ddp("dqn", run_dir, *flags, "--resume", "last")  # nothing left: re-saves what it restored
-    after0 = _tensors(ckpt.load(zero)["learner"]["buffer"])
+    resume.summary()  # nothing left: re-saves what it restored
+    after0 = _tensors(ckpt.load(resume.dir / "checkpoints" / "last.pt")["learner"]["buffer"])
+    one = resume.dir / "checkpoints" / "rank1" / "last.pt"
     after1 = _tensors(ckpt.load(one)["learner"]["buffer"])
     assert all(torch.equal(after1[k], b1[k]) for k in b1), "rank 1 did not restore its own"
     assert all(torch.equal(after0[k], b0[k]) for k in b0)
@@ -372,14 +381,13 @@ def test_ddp_run_killed_at_a_random_point_resumes_without_losing_or_repeating_fr
 
 
 @pytest.mark.slow
-def test_ddp_resume_from_a_bad_checkpoint_fails_on_every_rank_without_hanging(tmp_path):
-    bad = tmp_path / "bad.pt"
-    bad.write_bytes(b"not a checkpoint")
-    for path in (tmp_path / "missing.pt", bad):
-        proc = _run(
-            ["recipes/ppo.py", "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp"]
-            + ["--progress", "false", "--resume", str(path), "--run-dir", str(tmp_path / "r")],
-            timeout=120,  # a rank left waiting in a collective would hang here
-        )
-        assert proc.returncode == 2, proc.stderr[-3000:]
-        assert str(path) in proc.stderr
+@pytest.mark.ddp_jobs("resume-missing", "resume-corrupt")
+def test_ddp_resume_from_a_bad_checkpoint_fails_on_every_rank_without_hanging(ddp_jobs):
+    """Shared launches (tests/ddp_shared.py): ``--resume`` a missing file, then a file of 16
+    bytes that is no checkpoint, on two ranks. Both ranks end with exit status 2 and name the
+    file; a rank left waiting in a collective would stop the launch (300 s without a run
+    ending)."""
+    for name, file in (("resume-missing", "missing.pt"), ("resume-corrupt", "bad.pt")):
+        run = ddp_jobs[name]
+        run.check()  # exit status 2 on both ranks
+        assert str(run.root / file) in run.output

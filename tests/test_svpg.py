@@ -25,7 +25,6 @@ from rlkit.objectives.svpg import median_bandwidth, rbf_kernel, stein_update
 from rlkit.training.engine import Context, Counters
 from rlkit.value import GAE
 from tests.test_engine import load_recipe
-from tests.test_subprocess import run_ddp
 
 ROOT = Path(__file__).resolve().parents[1]
 E1 = math.exp(-1.0)
@@ -430,18 +429,9 @@ def test_short_run_logs_the_stein_diagnostics(recipe, tmp_path):
 
 
 @pytest.mark.slow
-def test_ddp_two_processes_keep_particles_identical_across_ranks(tmp_path):
-    flags = [
-        "--total-frames",
-        "1280",
-        "--eval-every",
-        "0",
-        "--eval-episodes",
-        "4",
-        "--progress",
-        "false",
-    ]
-    summary = run_ddp("svpg", tmp_path / "ddp", *flags)
+@pytest.mark.ddp_jobs("svpg")  # a shared launch: tests/ddp_shared.py (its flags)
+def test_ddp_two_processes_keep_particles_identical_across_ranks(ddp_jobs):
+    summary = ddp_jobs["svpg"].summary()
     assert summary["frames"] == 1280  # 2 ranks x 32 envs x 5 steps per batch
 
 
