@@ -60,6 +60,7 @@ from rlkit import keys
 from rlkit.modules.compat import check_env_compat
 from rlkit.modules.direct import actor_sample, sampled_keys
 from rlkit.modules.normalization import ObservationNorm, RewardNorm
+from rlkit.training.errors import EnvFaultError
 
 __all__ = [
     "EpisodeBatches",
@@ -113,6 +114,7 @@ class _EnvParts:
     sign_reward: bool = False
     reward_norm: RewardNorm | None = None
     copy_obs: bool = False  # the vector env reuses its observation buffer
+    name: str = "the env"  # how an env fault names it (_env_name)
 
 
 @dataclass
@@ -186,6 +188,52 @@ def _base_parts(env: EnvBase) -> _EnvParts:
         obs_dtype=_numpy_dtype(obs_spec.dtype),
         reward_dtype=_numpy_dtype(base.reward_spec.dtype),
         copy_obs=not getattr(venv, "copy", True),
+        name=_env_name(venv),
+    )
+
+
+def _env_name(venv: gymnasium.vector.VectorEnv) -> str:
+    """``env 'CartPole-v1'`` (its gymnasium id), else its class name."""
+    spec = getattr(venv, "spec", None)
+    envs = getattr(venv, "envs", None) or []
+    if spec is None and envs:
+        spec = getattr(envs[0], "spec", None)
+    if spec is not None and getattr(spec, "id", None):
+        return f"env {spec.id!r}"
+    inner = getattr(envs[0], "unwrapped", envs[0]) if envs else venv
+    return f"env {type(inner).__name__}"
+
+
+# --------------------------------------------------------------------------- env faults
+
+
+def _env_fault(parts: _EnvParts, call: str, err: Exception) -> EnvFaultError:
+    """One line for an exception raised by the vector env's ``step()`` / ``reset()``; an
+    observation of another shape than the space's (which gymnasium reports as a failed
+    concatenation, naming nothing) is named with the shape that arrived."""
+    space = parts.venv.single_observation_space
+    want = getattr(space, "shape", None)
+    for i, obs in enumerate(getattr(parts.venv, "_env_obs", None) or []):
+        got = np.shape(obs)
+        if want is not None and got != want:
+            return EnvFaultError(
+                f"{parts.name} (sub-env {i}) returned an observation of shape {got} from "
+                f"{call}(), but its observation spec is {space} (shape {want}): return "
+                "observations of the spec's shape"
+            )
+    message = " ".join(str(err).split()) or "(no message)"
+    return EnvFaultError(f"{parts.name} raised in {call}(): {type(err).__name__}: {message}")
+
+
+def _non_finite(parts: _EnvParts, call: str, key: str, value: np.ndarray) -> EnvFaultError:
+    rows = ~np.isfinite(value.reshape(parts.num_envs, -1)).all(axis=1)
+    where = ", ".join(str(i) for i in np.flatnonzero(rows)[:4])
+    bad = value.reshape(parts.num_envs, -1)[rows][0]
+    first = bad[~np.isfinite(bad)][0]
+    return EnvFaultError(
+        f"{parts.name} (sub-env {where}) returned a non-finite {key!r} ({first}) from "
+        f"{call}(): the env produced it, not the learner; fix the env or wrap it to clip or "
+        "replace such values"
     )
 
 
@@ -388,9 +436,15 @@ class VectorEnvCollector:
 
     def _initial_state(self) -> _State:
         """Reset every sub-env through TorchRL, exactly as ``Collector`` does at start-up."""
-        with torch.no_grad():
-            td = self.env.reset()
         n, p = self._parts.num_envs, self._parts
+        try:
+            with torch.no_grad():
+                td = self.env.reset()
+        except Exception as err:
+            raise _env_fault(p, "reset", err) from err
+        first = td.get(keys.OBSERVATION)
+        if first.is_floating_point() and not bool(torch.isfinite(first).all()):
+            raise _non_finite(p, "reset", keys.OBSERVATION, first.numpy())
         ret = td.get(keys.EPISODE_RETURN_NAME).reshape(n).numpy() if p.track_return else None
         steps = td.get(keys.STEP_COUNT_NAME).reshape(n).numpy() if p.track_steps else None
         obs = td.get(keys.OBSERVATION)
@@ -516,9 +570,17 @@ class VectorEnvCollector:
         p, s = self._parts, self._state
         if action.device.type != "cpu":
             action = action.cpu()
-        obs_np, reward_np, terminated, truncated, _ = p.venv.step(
-            p.action_spec.to_numpy(action, safe=False)
-        )
+        try:
+            obs_np, reward_np, terminated, truncated, _ = p.venv.step(
+                p.action_spec.to_numpy(action, safe=False)
+            )
+        except Exception as err:
+            raise _env_fault(p, "step", err) from err
+        # vectorised checks on the whole step (float arrays only; integers are always finite)
+        if obs_np.dtype.kind == "f" and not np.isfinite(obs_np).all():
+            raise _non_finite(p, "step", keys.OBSERVATION, obs_np)
+        if not np.isfinite(reward_np).all():
+            raise _non_finite(p, "step", _REWARD, np.asarray(reward_np))
         next_obs = self._read_obs(obs_np)
         if p.obs_norm is not None:
             next_obs = p.obs_norm.observe(next_obs)
@@ -549,7 +611,12 @@ class VectorEnvCollector:
         """Reset the finished sub-envs: new observation, zeroed trackers, new traj ids."""
         p, s = self._parts, self._state
         rows = torch.from_numpy(done)
-        reset_obs, _ = p.venv.reset(options={"reset_mask": done})
+        try:
+            reset_obs, _ = p.venv.reset(options={"reset_mask": done})
+        except Exception as err:
+            raise _env_fault(p, "reset", err) from err
+        if reset_obs.dtype.kind == "f" and not np.isfinite(reset_obs).all():
+            raise _non_finite(p, "reset", keys.OBSERVATION, reset_obs)
         reset_obs = self._read_obs(reset_obs)
         if p.obs_norm is not None:
             reset_obs = p.obs_norm.observe(reset_obs, rows)

@@ -9,9 +9,10 @@ script's own recipe). :func:`rlkit.algorithms.recipe` is the two together, what
 
 Errors: a bad input or a run file that could not be written ends the process with one line
 ``error: ...`` and exit status 2, a run that failed while training (NaN, an env fault, a lost
-rank: :class:`~rlkit.training.errors.RunFailedError`) with status 3; ``RLKIT_TRACEBACK=1`` shows the traceback instead. A run
-stopped by SIGINT or SIGTERM (Ctrl-C, ``kill``) writes a checkpoint, says how to resume and
-exits with ``128 + signal`` (130, 143; :mod:`rlkit.training.signals`).
+rank: :class:`~rlkit.training.errors.RunFailedError`) with status 3; ``RLKIT_TRACEBACK=1``
+shows the traceback instead. A run stopped by SIGINT or SIGTERM (Ctrl-C, ``kill``) writes a
+checkpoint, says how to resume and exits with ``128 + signal`` (130, 143;
+:mod:`rlkit.training.signals`).
 """
 
 from __future__ import annotations
@@ -76,9 +77,9 @@ def cli(main: Callable[[list[str] | None], Any]) -> None:
 
     A bad input (unknown env id, wrong action space, corrupt checkpoint, ...) ends the process
     with a one-line ``error: ...`` and exit status 2 instead of a traceback; a run that
-    failed while training (NaN, an env fault, a lost rank) exits with status 3; a run stopped by SIGINT or SIGTERM exits with 128 + the
-    signal's number after its checkpoint. Set ``RLKIT_TRACEBACK=1`` to see the full
-    traceback.
+    failed while training (NaN, an env fault, a lost rank) exits with status 3; a run
+    stopped by SIGINT or SIGTERM exits with 128 + the signal's number after its checkpoint.
+    Set ``RLKIT_TRACEBACK=1`` to see the full traceback.
     """
     _quiet.install()
     try:

@@ -61,7 +61,12 @@ from rlkit.training import checkpoint as ckpt
 # the command line and the exception classes are torch-free (``--help`` imports no torch),
 # and importable from here, where they were defined before
 from rlkit.training.cli import _one_line
-from rlkit.training.errors import CheckpointWriteError, NonFiniteError, RunInterrupted
+from rlkit.training.errors import (
+    CheckpointWriteError,
+    EnvFaultError,
+    NonFiniteError,
+    RunInterrupted,
+)
 from rlkit.training.learner import Context, Counters, Learner, episode_stats
 from rlkit.training.runlog import RunLog, check_run_dir, claim_run_dir
 from rlkit.training.signals import ForwardStop, StopRequest
@@ -268,6 +273,11 @@ def _evaluate_only(
         f"-> {run_dir / 'evaluation.json'}"
     )
     return result
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 def _stderr(text: str) -> None:
@@ -717,6 +727,14 @@ class Engine:
             raise NonFiniteError(
                 f"{err}: training stopped; no checkpoint had been written yet. {advice}"
             ) from None
+        except EnvFaultError as err:
+            start.close()
+            kept = (
+                "the checkpoint resumed from is intact"
+                if start.resume_path is not None
+                else "no checkpoint had been written yet"
+            )
+            raise EnvFaultError(f"{err}; training stopped in its first batch, {kept}") from None
         except BaseException:
             start.close()
             raise
@@ -862,6 +880,9 @@ class Engine:
         except KeyboardInterrupt:  # RunInterrupted, or a second signal (stopped at once)
             log.close("interrupted")
             raise
+        except EnvFaultError as err:
+            log.close("failed")
+            raise EnvFaultError(f"{err}; training stopped: {state.keep_last_batch()}") from None
         except NonFiniteError as err:
             log.close("failed")
             last = run_dir / "checkpoints" / "last.pt"
@@ -1101,6 +1122,30 @@ class _LoopState:
                     f"{self.counters.frames:,} frames; the previous checkpoint is intact: free "
                     f"space and continue with --resume last --run-dir {self.run_dir}"
                 ) from None
+
+    def keep_last_batch(self) -> str:
+        """After a fault inside a batch (an env's), ``last.pt`` at the last complete batch:
+        the learner and counters are as that batch's update left them. Says what was kept.
+        On several ranks the other ranks write nothing now (they may be inside a collective),
+        so the last checkpoint the ranks wrote together stays the one to resume."""
+        c, run = self.counters, f"--resume last --run-dir {self.run_dir}"
+        last = self.run_dir / "checkpoints" / "last.pt"
+        if self.fabric.world_size > 1:
+            if not last.exists():
+                return "no checkpoint had been written yet"
+            return f"the last checkpoint written {str(last)!r} is intact; continue with {run}"
+        if c.batches == 0 and not last.exists():
+            return "no batch had been completed, no checkpoint written"
+        try:
+            if c.last_checkpoint_frames != c.frames:
+                self.save_checkpoint(snapshot=False)
+        except (OSError, NonFiniteError) as err:
+            kept = f"{str(last)!r} is the last one" if last.exists() else "none was written"
+            return f"could not write a checkpoint ({_first_line(err)}); {kept}"
+        return (
+            f"checkpoint {str(last)!r} at the last complete batch ({c.frames:,} frames); fix "
+            f"the env and continue with {run}"
+        )
 
     def rank_param_max_diff(self) -> float | None:
         """Largest difference of any parameter between ranks (0.0 when they agree; None for
