@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -90,3 +93,69 @@ def test_a_full_disk_while_logging_is_one_line_and_the_run_resumes(
     code, lines = _run(capsys, [*argv, "--resume", "last"])
     assert code == 0, lines
     assert ckpt.load(last)["counters"]["frames"] == 64
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()[1]
+        assert time.monotonic() < deadline, f"no {path} after {timeout} s"
+        time.sleep(0.1)
+
+
+def _children(pid: int) -> list[int]:
+    """The pids of ``pid``'s child processes (Linux /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.slow
+def test_a_dead_ddp_rank_stops_the_others_with_one_line_naming_it(tmp_path):
+    """``--strategy ddp`` on two CPU ranks; rank 1 (a child of rank 0) killed by SIGKILL once
+    a checkpoint exists: rank 0 ends within 30 s with one line naming rank 1 (exit 3), the
+    last checkpoint loads and the run resumes on two ranks."""
+    run_dir = tmp_path / "run"
+    argv = [PYTHON, str(ROOT / "recipes" / "ppo.py"), *SMALL, "--devices", "2", "--strategy",
+            "ddp", "--accelerator", "cpu", "--run-dir", str(run_dir)]  # fmt: skip
+    proc = subprocess.Popen(
+        [*argv, "--total-frames", "1000000"], env=ENV, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        last = run_dir / "checkpoints" / "last.pt"
+        _wait_for(last, proc, timeout=300)
+        (rank1,) = _children(proc.pid)
+        os.kill(rank1, signal.SIGKILL)
+        killed = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        took = time.monotonic() - killed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    lines = err.strip().splitlines()
+    assert proc.returncode == 3, lines
+    assert took < 30, took
+    errors = [line for line in lines if "rror" in line or "Traceback" in line]
+    assert len(errors) == 1 and errors[0] == lines[-1], lines
+    assert lines[-1].startswith(f"error: rank 1 (pid {rank1}) ended: ")
+    assert lines[-1].endswith(
+        f"the other ranks stopped: training stopped, the last checkpoint {str(last)!r} is "
+        f"intact; continue with --resume last --run-dir {run_dir}"
+    )
+    frames = ckpt.load(last)["counters"]["frames"]
+    resumed = subprocess.run(
+        [*argv, "--total-frames", str(frames + 64), "--resume", "last"],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert ckpt.load(last)["counters"]["frames"] == frames + 64
