@@ -159,3 +159,63 @@ def test_a_dead_ddp_rank_stops_the_others_with_one_line_naming_it(tmp_path):
     )
     assert resumed.returncode == 0, resumed.stderr
     assert ckpt.load(last)["counters"]["frames"] == frames + 64
+
+
+def _state(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sync", ["false", "true"])
+def test_ctrl_c_twice_ends_an_appo_run_whose_worker_is_stopped(sync, tmp_path):
+    """One of two collector workers stopped by SIGSTOP: SIGINT, then SIGINT again 1.5 s later
+    (a second request, SAME_REQUEST_S), ends the run within 10 s, and the stopped worker
+    with it (Python's exit joined it for ever before)."""
+    run_dir = tmp_path / "run"
+    argv = [PYTHON, str(ROOT / "recipes" / "appo.py"), "--env", "CartPole-v1", "--workers",
+            "2", "--num-envs", "4", "--eval-every", "0", "--eval-episodes", "1", "--progress",
+            "false", "--threads", "1", "--checkpoint-every", "2048", "--total-frames",
+            "10000000", "--sync-collect", sync, "--run-dir", str(run_dir)]  # fmt: skip
+    proc = subprocess.Popen(argv, env=ENV, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(run_dir / "checkpoints" / "last.pt", proc, timeout=300)
+        (server,) = [p for p in _children(proc.pid) if "forkserver" in _cmdline(p)]
+        worker = sorted(_children(server))[0]
+        os.kill(worker, signal.SIGSTOP)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(1.5)
+        proc.send_signal(signal.SIGINT)
+        second = time.monotonic()
+        try:
+            _, err = proc.communicate(timeout=30)
+        finally:
+            took = time.monotonic() - second
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert took < 10, (took, err)
+    # asynchronous workers keep the learner fed: the first SIGINT has stopped the run at a
+    # batch (checkpoint written) and the second comes while it exits, where Python's own
+    # handler ends it by SIGINT; synchronous collection waits for the stopped worker until
+    # the second stops it at once
+    assert proc.returncode in (130, -signal.SIGINT), err
+    assert "Traceback" not in err
+    if proc.returncode == 130:
+        assert err.strip().splitlines()[-1] == (
+            "interrupted: SIGINT received twice: stopped at once, the last checkpoint written is "
+            "kept"
+        )
+    assert _state(worker) in ("gone", "Z")  # killed with the run, not left stopped
+    assert ckpt.load(run_dir / "checkpoints" / "last.pt")["counters"]["frames"] > 0
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_text().replace("\0", " ")
+    except OSError:
+        return ""
