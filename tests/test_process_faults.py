@@ -180,6 +180,7 @@ def test_ctrl_c_twice_ends_an_appo_run_whose_worker_is_stopped(sync, tmp_path):
             "false", "--threads", "1", "--checkpoint-every", "2048", "--total-frames",
             "10000000", "--sync-collect", sync, "--run-dir", str(run_dir)]  # fmt: skip
     proc = subprocess.Popen(argv, env=ENV, stderr=subprocess.PIPE, text=True)
+    worker = server = None
     try:
         _wait_for(run_dir / "checkpoints" / "last.pt", proc, timeout=300)
         (server,) = [p for p in _children(proc.pid) if "forkserver" in _cmdline(p)]
@@ -192,12 +193,17 @@ def test_ctrl_c_twice_ends_an_appo_run_whose_worker_is_stopped(sync, tmp_path):
         second = time.monotonic()
         try:
             _, err = proc.communicate(timeout=30)
-        finally:
             took = time.monotonic() - second
+        except subprocess.TimeoutExpired:
+            took, err = time.monotonic() - second, "(still running after 30 s)"
     finally:
+        # the stopped worker holds the stderr pipe open: end it (and the run) by pid
+        for pid in (worker, server):
+            if pid is not None and _state(pid) not in ("gone", "Z"):
+                os.kill(pid, signal.SIGKILL)
         if proc.poll() is None:
             proc.kill()
-            proc.communicate()
+        proc.communicate(timeout=30)
     assert took < 10, (took, err)
     # asynchronous workers keep the learner fed: the first SIGINT has stopped the run at a
     # batch (checkpoint written) and the second comes while it exits, where Python's own
