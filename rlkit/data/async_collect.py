@@ -46,6 +46,7 @@ from __future__ import annotations
 import copy
 import queue
 import signal
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -83,6 +84,8 @@ ENV_ID = keys.ENV_ID
 POLICY_LAG = keys.POLICY_LAG
 
 _POLL_S = 0.05
+#: how long :meth:`WorkerCollector.shutdown` waits for its workers to end on their own
+_JOIN_S = 3.0
 
 
 def _running(stop) -> bool:
@@ -334,14 +337,35 @@ class WorkerCollector:
         self._stop.set()
         for go in self._go:
             go.put(None)
-        for proc in self._procs:
-            proc.join(timeout=5.0)
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(timeout=1.0)
+        # 3 s for all the workers together, then SIGTERM, then SIGKILL: a worker stopped by
+        # SIGSTOP (or hung in its env) ignores SIGTERM until continued, and Python's exit
+        # joins every child it has: without the SIGKILL a second Ctrl-C never ended the run
+        # (the same when a second Ctrl-C interrupts the wait)
+        try:
+            deadline = time.monotonic() + _JOIN_S
+            for proc in self._procs:
+                if _stopped(proc.pid):  # SIGSTOP: it would only use up the wait
+                    proc.kill()
+                proc.join(timeout=max(0.0, deadline - time.monotonic()))
+        finally:
+            for ending in ("terminate", "kill"):
+                alive = [proc for proc in self._procs if proc.is_alive()]
+                for proc in alive:
+                    getattr(proc, ending)()
+                for proc in alive:
+                    proc.join(timeout=1.0)
         for q in (self._out, *self._go, *self._free):
             q.cancel_join_thread()
             q.close()
+
+
+def _stopped(pid: int | None) -> bool:
+    """True when process ``pid`` is stopped (SIGSTOP, a debugger: Linux /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,12 @@ imported. :func:`cli` runs any ``main(argv)`` under the error handling below (a 
 script's own recipe). :func:`rlkit.algorithms.recipe` is the two together, what
 ``recipes/<name>.py`` calls: the engine layer names no algorithm, it is handed one.
 
-Errors: a bad input ends the process with one line ``error: ...`` and exit status 2, a
-diverged run (NaN) with status 3; ``RLKIT_TRACEBACK=1`` shows the traceback instead. A run
-stopped by SIGINT or SIGTERM (Ctrl-C, ``kill``) writes a checkpoint, says how to resume and
-exits with ``128 + signal`` (130, 143; :mod:`rlkit.training.signals`).
+Errors: a bad input or a run file that could not be written ends the process with one line
+``error: ...`` and exit status 2, a run that failed while training (NaN, an env fault, a lost
+rank: :class:`~rlkit.training.errors.RunFailedError`) with status 3; ``RLKIT_TRACEBACK=1``
+shows the traceback instead. A run stopped by SIGINT or SIGTERM (Ctrl-C, ``kill``) writes a
+checkpoint, says how to resume and exits with ``128 + signal`` (130, 143;
+:mod:`rlkit.training.signals`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from rlkit.configs import base as _config
 from rlkit.training.errors import (
     CheckpointError,
     CheckpointWriteError,
-    NonFiniteError,
+    RunFailedError,
     RunInterrupted,
 )
 
@@ -105,10 +107,10 @@ def cli(main: Callable[[list[str] | None], Any]) -> None:
     """Run a recipe's ``main`` from the command line.
 
     A bad input (unknown env id, wrong action space, corrupt checkpoint, ...) ends the process
-    with a one-line ``error: ...`` and exit status 2 instead of a traceback; a diverged run
-    (NaN) exits with status 3; a run stopped by SIGINT or SIGTERM exits with 128 + the
-    signal's number after its checkpoint. Set ``RLKIT_TRACEBACK=1`` to see the full
-    traceback.
+    with a one-line ``error: ...`` and exit status 2 instead of a traceback; a run that
+    failed while training (NaN, an env fault, a lost rank) exits with status 3; a run
+    stopped by SIGINT or SIGTERM exits with 128 + the signal's number after its checkpoint.
+    Set ``RLKIT_TRACEBACK=1`` to see the full traceback.
     """
     _quiet.install()
     try:
@@ -123,7 +125,7 @@ def cli(main: Callable[[list[str] | None], Any]) -> None:
         detail = str(err) or "the last checkpoint written, if any, is kept"
         print(f"interrupted: {detail}", file=sys.stderr)
         raise SystemExit(130) from None
-    except NonFiniteError as err:
+    except RunFailedError as err:  # NaN, an env fault, a lost rank
         if os.environ.get("RLKIT_TRACEBACK"):
             raise
         print(f"error: {err}", file=sys.stderr)

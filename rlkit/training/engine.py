@@ -61,10 +61,16 @@ from rlkit.training import checkpoint as ckpt
 # the command line and the exception classes are torch-free (``--help`` imports no torch),
 # and importable from here, where they were defined before
 from rlkit.training.cli import _one_line
-from rlkit.training.errors import CheckpointWriteError, NonFiniteError, RunInterrupted
+from rlkit.training.errors import (
+    CheckpointWriteError,
+    EnvFaultError,
+    NonFiniteError,
+    RankLostError,
+    RunInterrupted,
+)
 from rlkit.training.learner import Context, Counters, Learner, episode_stats
 from rlkit.training.runlog import RunLog, check_run_dir, claim_run_dir
-from rlkit.training.signals import ForwardStop, StopRequest
+from rlkit.training.signals import ForwardStop, RankWatch, StopRequest
 
 
 def resolve_run_dir(cfg: TrainConfig, algo: str) -> Path:
@@ -268,6 +274,22 @@ def _evaluate_only(
         f"-> {run_dir / 'evaluation.json'}"
     )
     return result
+
+
+def _kept(run_dir: Path) -> str:
+    """What a run stopped by a fault keeps, and how to continue it."""
+    last = run_dir / "checkpoints" / "last.pt"
+    if not last.exists():
+        return "no checkpoint had been written yet"
+    return (
+        f"the last checkpoint {str(last)!r} is intact; continue with --resume last --run-dir "
+        f"{run_dir}"
+    )
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 def _stderr(text: str) -> None:
@@ -588,6 +610,7 @@ class Engine:
         #: one run, or a population (the only place the engine tells them apart)
         self.mode = run_mode(self.cfg)
         self._reads_before: set[str] = set()
+        self._watch = RankWatch()  # names a rank that ended under the others
 
     def fit(self) -> dict[str, Any]:
         # the config reads so far (the recipe's, since its config was made), carried to the
@@ -627,10 +650,25 @@ class Engine:
             return _Stopped(str(err) or "stopped before training began", None, None)
 
     def _run_rank(self, fabric) -> dict[str, Any]:
+        watch = self._watch = RankWatch()
+        lost = False
         try:
-            return self._fit(fabric)
-        finally:
             if fabric.world_size > 1 and torch.distributed.is_initialized():
+                watch.start(fabric.global_rank, fabric.world_size)
+            return self._fit(fabric)
+        except Exception as err:
+            # a collective with a rank that has ended: one line naming it (exit status 3)
+            if fabric.world_size > 1 and watch.peers:
+                comms = isinstance(err, torch.distributed.DistError) or "gloo" in str(err)
+                gone = watch.lost(wait_s=2.0 if comms else 0.0)
+                if gone and watch.claim():
+                    lost = True
+                    raise RankLostError(watch.message(gone)) from None
+            raise
+        finally:
+            if lost:  # the dead rank would never join a barrier
+                pass
+            elif fabric.world_size > 1 and torch.distributed.is_initialized():
                 # without this, DDP runs aborted at exit ("terminate called without an
                 # active exception") in 3 of 6 runs measured here. A rank stopped at once by
                 # a second signal mid-batch does not hang here either: every rank had exited
@@ -696,6 +734,7 @@ class Engine:
         cfg = self.cfg
         torch.set_num_threads(cfg.threads)
         run_dir = resolve_run_dir(cfg, self.algo)
+        self._watch.where = partial(_kept, run_dir)
         resume_path = resume_checkpoint_path(cfg.resume, cfg.run_dir)
         new_run = resume_path is None and not cfg.eval_only
         save_token = uuid.uuid4().hex  # names this run's checkpoint saves (see _resume_rank)
@@ -717,6 +756,14 @@ class Engine:
             raise NonFiniteError(
                 f"{err}: training stopped; no checkpoint had been written yet. {advice}"
             ) from None
+        except EnvFaultError as err:
+            start.close()
+            kept = (
+                "the checkpoint resumed from is intact"
+                if start.resume_path is not None
+                else "no checkpoint had been written yet"
+            )
+            raise EnvFaultError(f"{err}; training stopped in its first batch, {kept}") from None
         except BaseException:
             start.close()
             raise
@@ -862,6 +909,9 @@ class Engine:
         except KeyboardInterrupt:  # RunInterrupted, or a second signal (stopped at once)
             log.close("interrupted")
             raise
+        except EnvFaultError as err:
+            log.close("failed")
+            raise EnvFaultError(f"{err}; training stopped: {state.keep_last_batch()}") from None
         except NonFiniteError as err:
             log.close("failed")
             last = run_dir / "checkpoints" / "last.pt"
@@ -1101,6 +1151,30 @@ class _LoopState:
                     f"{self.counters.frames:,} frames; the previous checkpoint is intact: free "
                     f"space and continue with --resume last --run-dir {self.run_dir}"
                 ) from None
+
+    def keep_last_batch(self) -> str:
+        """After a fault inside a batch (an env's), ``last.pt`` at the last complete batch:
+        the learner and counters are as that batch's update left them. Says what was kept.
+        On several ranks the other ranks write nothing now (they may be inside a collective),
+        so the last checkpoint the ranks wrote together stays the one to resume."""
+        c, run = self.counters, f"--resume last --run-dir {self.run_dir}"
+        last = self.run_dir / "checkpoints" / "last.pt"
+        if self.fabric.world_size > 1:
+            if not last.exists():
+                return "no checkpoint had been written yet"
+            return f"the last checkpoint written {str(last)!r} is intact; continue with {run}"
+        if c.batches == 0 and not last.exists():
+            return "no batch had been completed, no checkpoint written"
+        try:
+            if c.last_checkpoint_frames != c.frames:
+                self.save_checkpoint(snapshot=False)
+        except (OSError, NonFiniteError) as err:
+            kept = f"{str(last)!r} is the last one" if last.exists() else "none was written"
+            return f"could not write a checkpoint ({_first_line(err)}); {kept}"
+        return (
+            f"checkpoint {str(last)!r} at the last complete batch ({c.frames:,} frames); fix "
+            f"the env and continue with {run}"
+        )
 
     def rank_param_max_diff(self) -> float | None:
         """Largest difference of any parameter between ranks (0.0 when they agree; None for

@@ -1,7 +1,10 @@
 """The engine's exception classes, importable without torch.
 
 The command line (:mod:`rlkit.training.cli`) matches them to print one-line errors, and it
-must not import torch before its flags are parsed (``--help`` answers at once). They are
+must not import torch before its flags are parsed (``--help`` answers at once). Exit status:
+2 for a bad input and for a run file that could not be written (:class:`CheckpointWriteError`,
+:class:`LogWriteError`), 3 for a run that failed while training (:class:`RunFailedError`:
+:class:`NonFiniteError`, :class:`EnvFaultError`, :class:`RankLostError`). They are
 re-exported where they are raised: :class:`CheckpointError` from
 :mod:`rlkit.training.checkpoint`, :class:`NonFiniteError` and :class:`CheckpointWriteError`
 from :mod:`rlkit.training.engine` (and :class:`CheckpointError` and :class:`NonFiniteError`
@@ -15,7 +18,12 @@ class CheckpointError(ValueError):
     """A checkpoint is missing, corrupt, or does not match the run that loads it."""
 
 
-class NonFiniteError(FloatingPointError):
+class RunFailedError(Exception):
+    """A run failed while training (exit status 3); the message is one line and says what
+    became of the checkpoints."""
+
+
+class NonFiniteError(RunFailedError, FloatingPointError):
     """A loss or gradient became NaN or inf; training stopped before any checkpoint.
 
     ``advice`` is the fix the message ends with (the engine's default: lower the learning rate
@@ -30,6 +38,23 @@ class NonFiniteError(FloatingPointError):
 class CheckpointWriteError(OSError):
     """A checkpoint could not be written (disk full, permissions); the previous one is
     intact."""
+
+
+class LogWriteError(CheckpointWriteError):
+    """A log of the run (``metrics.csv``, ``eval.csv``, TensorBoard events) could not be
+    written (disk full, permissions); the last checkpoint is intact. A
+    :class:`CheckpointWriteError` for the command line: one line, exit status 2."""
+
+
+class EnvFaultError(RunFailedError):
+    """The env failed: its ``step()`` or ``reset()`` raised, or it returned a non-finite
+    observation or reward, or an observation of another shape than its spec's. The message
+    names the env, the sub-env and the key or exception."""
+
+
+class RankLostError(RunFailedError):
+    """Another rank of a multi-process run ended (killed, crashed) and the collective
+    operations with it failed; the message names the rank."""
 
 
 class RunInterrupted(KeyboardInterrupt):

@@ -30,11 +30,17 @@ import math
 import os
 import socket
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from rlkit.training.errors import LogWriteError
+
+#: how a failed write to TensorBoard's events names them
+TB_EVENTS = "the TensorBoard events (tb/)"
 
 #: Files whose presence marks a directory as holding a run.
 RUN_FILES = ("config.yaml", "metrics.csv", "eval.csv", "summary.json", "checkpoints")
@@ -265,8 +271,43 @@ class Progress:
             self.bar.close()
 
 
+def _os_error(err: BaseException) -> OSError | None:
+    """The ``OSError`` behind ``err`` (itself, or its cause or context: Lightning's TensorBoard
+    logger turns a failed write into ``ValueError: you tried to log ...``), or None."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, OSError):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def _quiet_tensorboard_thread() -> None:
+    """TensorBoard writes its events from a thread of its own; a failed write (a full disk)
+    there printed that thread's traceback, then failed the next write in the main thread,
+    which :class:`RunLog` reports in one line. The thread's ``OSError`` is left to that."""
+    previous = threading.excepthook
+    if getattr(previous, "_rlkit_quiet_tensorboard", False):
+        return
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        thread = type(args.thread).__name__ if args.thread is not None else ""
+        if thread == "_AsyncWriterThread" and isinstance(args.exc_value, OSError):
+            return
+        previous(args)
+
+    hook._rlkit_quiet_tensorboard = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
+
+
 class RunLog:
-    """Everything a run writes to its directory (rank 0 only; other ranks get a no-op)."""
+    """Everything a run writes to its directory (rank 0 only; other ranks get a no-op).
+
+    A write that fails (a full disk, permissions: an ``OSError`` from ``metrics.csv``,
+    ``eval.csv``, ``summary.json`` or TensorBoard's events) raises
+    :class:`~rlkit.training.errors.LogWriteError`, one line naming the file, like a failed
+    checkpoint write."""
 
     def __init__(
         self,
@@ -289,14 +330,41 @@ class RunLog:
         self.metrics = CsvLog(run_dir / "metrics.csv", resume_frames=resume_frames)
         self.evals = CsvLog(run_dir / "eval.csv", resume_frames=resume_frames)
         self.tb = _tensorboard(run_dir)
+        if self.tb is not None:
+            _quiet_tensorboard_thread()
+
+    def _write(self, what: str, frames: int, write, *args: Any, **kwargs: Any) -> None:
+        """``write(*args, **kwargs)``; an ``OSError`` (itself or behind another error) becomes
+        one :class:`LogWriteError` line naming ``what`` and what to do."""
+        try:
+            write(*args, **kwargs)
+        except Exception as err:
+            cause = _os_error(err)
+            if cause is None:
+                raise
+            reason = cause.strerror or str(cause) or type(cause).__name__
+            last = self.run_dir / "checkpoints" / "last.pt"
+            kept = (
+                f"the last checkpoint {str(last)!r} is intact"
+                if last.exists()
+                else "no checkpoint had been written yet"
+            )
+            raise LogWriteError(
+                f"could not write {what} in {str(self.run_dir)!r} ({reason}) at {frames:,} "
+                f"frames; training stopped, {kept}: free space and continue with --resume last "
+                f"--run-dir {self.run_dir}"
+            ) from None
 
     def log(self, frames: int, metrics: Mapping[str, float]) -> None:
         if not (self.enabled and self.scalars):
             return
         row = {"frames": frames, **{k: _clean(v) for k, v in metrics.items()}}
-        self.metrics.write(row)
+        self._write("metrics.csv", frames, self.metrics.write, row)
         if self.tb is not None:
-            self.tb.log_metrics({k: v for k, v in row.items() if k != "frames"}, step=frames)
+            scalars = {k: v for k, v in row.items() if k != "frames"}
+            self._write(
+                "the TensorBoard events (tb/)", frames, self.tb.log_metrics, scalars, frames
+            )
 
     def log_eval(
         self,
@@ -311,9 +379,12 @@ class RunLog:
             return
         row = {"frames": frames, "train_seconds": round(train_seconds, 3)}
         row |= {"return_mean": mean, "return_std": std} | dict(extra or {})
-        self.evals.write(row)
+        self._write("eval.csv", frames, self.evals.write, row)
         if self.tb is not None:
-            self.tb.log_metrics({"eval/return_mean": mean, "eval/return_std": std}, step=frames)
+            scalars = {"eval/return_mean": mean, "eval/return_std": std}
+            self._write(
+                "the TensorBoard events (tb/)", frames, self.tb.log_metrics, scalars, frames
+            )
         self.progress.message(
             f"eval @ {frames:,} frames: return {mean:.1f} +- {std:.1f} ({train_seconds:.1f} s)"
         )
@@ -326,8 +397,8 @@ class RunLog:
             return
         path = self.run_dir / "summary.json"
         tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(summary, indent=2, default=str) + "\n")
-        tmp.replace(path)
+        text = json.dumps(summary, indent=2, default=str) + "\n"
+        self._write("summary.json", summary.get("frames", 0), _replace_text, tmp, path, text)
         try:
             plot_curve(
                 self.run_dir,
@@ -351,6 +422,11 @@ class RunLog:
                 self.tb.finalize(status)
             except Exception as err:
                 self.progress.message(f"warning: TensorBoard flush failed: {_first_line(err)}")
+
+
+def _replace_text(tmp: Path, path: Path, text: str) -> None:
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
 def _first_line(err: BaseException) -> str:

@@ -27,10 +27,12 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
 from types import FrameType
+from typing import Any
 
 #: the signals that ask a run to stop
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -118,3 +120,115 @@ class ForwardStop(_Handlers):
         for child in children:
             with contextlib.suppress(ProcessLookupError):  # it has just ended
                 os.kill(child.pid, signum)
+
+
+# --------------------------------------------------------------------------- lost ranks
+
+
+class RankWatch:
+    """Names a rank of a multi-process run that ended under the others (killed, crashed).
+
+    Without it, a rank killed by SIGKILL ended the others with a gloo ``Connection reset by
+    peer`` traceback, or (on rank 0 under ``--strategy ddp``) with Lightning's watchdog
+    killing rank 0 itself within 5 s (exit 137, a line naming a pid). Every rank records the
+    host and pid of every rank at start (:meth:`start`, a collective); when a rank's
+    collective fails, :meth:`lost` names the ranks whose process is gone, and Lightning's
+    watchdog on rank 0 reports through :meth:`report` instead of its own line. One line is
+    printed per process, whichever of the two sees the loss first.
+    """
+
+    def __init__(self) -> None:
+        self.peers: list[tuple[str, int]] = []  # (host, pid) per rank
+        self.rank = 0
+        self.where: Callable[[], str] = lambda: "no checkpoint had been written yet"
+        self._claimed = False
+        self._lock = threading.Lock()
+        self._children: dict[int, Any] = {}  # pid: Popen of the ranks rank 0 started
+
+    def start(self, rank: int, world_size: int) -> None:
+        import socket
+
+        import torch.distributed as dist
+
+        self.rank = rank
+        self.peers = [("", 0)] * world_size
+        dist.all_gather_object(self.peers, (socket.gethostname(), os.getpid()))
+        self._hook_watchdog()
+
+    def _hook_watchdog(self) -> None:
+        """Lightning's watchdog of the ranks rank 0 started (``--strategy ddp``) kills rank 0
+        when one ends; it reports here first (one line, exit status 3)."""
+        for thread in threading.enumerate():
+            if type(thread).__name__ == "_ChildProcessObserver":
+                children = thread._child_processes
+                self._children = {child.pid: child for child in children}
+
+                def stop_all(children=children) -> None:
+                    lost = [(i + 1, p.pid, p.returncode) for i, p in enumerate(children)]
+                    lost = [entry for entry in lost if entry[2]]
+                    if self.claim():
+                        line = self.message([(r, pid, _how(code)) for r, pid, code in lost])
+                        print(f"error: {line}", file=sys.stderr, flush=True)
+                        for child in children:
+                            with contextlib.suppress(OSError):
+                                child.kill()
+                        os._exit(3)
+                    # the main thread is reporting it: it ends the process
+
+                thread._terminate_all = stop_all
+
+    def claim(self) -> bool:
+        """True for the first caller only (the one that reports the loss)."""
+        with self._lock:
+            claimed, self._claimed = self._claimed, True
+            return not claimed
+
+    def lost(self, *, wait_s: float = 2.0) -> list[tuple[int, int, str]]:
+        """The ranks (rank, pid, how) on this host whose process is gone, waiting up to
+        ``wait_s`` for one to be (a process killed a moment ago may still be closing)."""
+        import socket
+
+        host = socket.gethostname()
+        deadline = time.monotonic() + wait_s
+        while True:
+            gone = [
+                (r, pid, self._how(pid))
+                for r, (h, pid) in enumerate(self.peers)
+                if r != self.rank and h == host and not _alive(pid)
+            ]
+            if gone or time.monotonic() >= deadline:
+                return gone
+            time.sleep(0.1)
+
+    def _how(self, pid: int) -> str:
+        child = self._children.get(pid)
+        code = child.poll() if child is not None else None
+        return "its process is gone" if code is None else _how(code)
+
+    def message(self, lost: list[tuple[int, int, str]]) -> str:
+        named = ", ".join(f"rank {r} (pid {pid}) ended: {how}" for r, pid, how in lost)
+        return (
+            f"{named or 'another rank ended'}; the other ranks stopped: training stopped, "
+            f"{self.where()}"
+        )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a child not reaped yet is a zombie
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _how(code: int | None) -> str:
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+    return f"exit status {code}"
