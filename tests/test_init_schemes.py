@@ -94,7 +94,9 @@ def test_actor_critic_networks_reinitialise_both_networks_but_not_the_log_std():
 
 
 def test_the_flag_reaches_the_recipes_networks_and_bad_values_are_refused(tmp_path):
-    with pytest.raises(ValueError, match="--init 'lecun' is not a scheme"):
+    with pytest.raises(
+        ValueError, match="--init must be one of orthogonal, torch, gymnax, got 'lecun'"
+    ):
         PPOConfig(init="lecun")
     args = shlex.split(
         "--num-envs 2 --rollout-steps 16 --minibatch-size 32 --epochs 1 --total-frames 32 "

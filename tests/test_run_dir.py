@@ -231,7 +231,10 @@ def test_quiet_run_prints_its_directory_evaluations_and_result(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
     assert len(lines) == 4, lines  # no progress bar, no stray library output (SDL, warnings)
-    assert lines[0].startswith("ppo on CartPole-v1: 128 frames") and str(run_dir) in lines[0]
+    assert (
+        lines[0].startswith("ppo on CartPole-v1 (defaults): 128 frames")
+        and str(run_dir) in lines[0]
+    )
     assert lines[1].startswith("eval @ 64 frames: return ")
     assert lines[2].startswith("eval @ 128 frames: return ")
     assert lines[3].startswith("done: 128 frames in ") and str(run_dir) in lines[3]

@@ -57,10 +57,10 @@ from torchrl.envs import (
 )
 
 from rlkit import keys
+from rlkit.data.errors import EnvFault
 from rlkit.modules.compat import check_env_compat
 from rlkit.modules.direct import actor_sample, sampled_keys
 from rlkit.modules.normalization import ObservationNorm, RewardNorm
-from rlkit.training.errors import EnvFaultError
 
 __all__ = [
     "EpisodeBatches",
@@ -271,7 +271,7 @@ def _env_name(venv: gymnasium.vector.VectorEnv) -> str:
     return f"env {type(inner).__name__}"
 
 
-def _env_fault(parts: _EnvParts, call: str, err: Exception) -> EnvFaultError:
+def _env_fault(parts: _EnvParts, call: str, err: Exception) -> EnvFault:
     """One line for an exception raised by the vector env's ``step()`` / ``reset()``; an
     observation of another shape than the space's (which gymnasium reports as a failed
     concatenation, naming nothing) is named with the shape that arrived."""
@@ -280,7 +280,7 @@ def _env_fault(parts: _EnvParts, call: str, err: Exception) -> EnvFaultError:
     for i, obs in enumerate(getattr(parts.venv, "_env_obs", None) or []):
         got = np.shape(obs)
         if want is not None and got != want:
-            return EnvFaultError(
+            return EnvFault(
                 f"{_env_name(parts.venv)} (sub-env {i}) returned an observation of shape {got} "
                 "from "
                 f"{call}(), but its observation spec is {space} (shape {want}): return "
@@ -288,15 +288,15 @@ def _env_fault(parts: _EnvParts, call: str, err: Exception) -> EnvFaultError:
             )
     message = " ".join(str(err).split()) or "(no message)"
     name = _env_name(parts.venv)
-    return EnvFaultError(f"{name} raised in {call}(): {type(err).__name__}: {message}")
+    return EnvFault(f"{name} raised in {call}(): {type(err).__name__}: {message}")
 
 
-def _non_finite(parts: _EnvParts, call: str, key: str, value: np.ndarray) -> EnvFaultError:
+def _non_finite(parts: _EnvParts, call: str, key: str, value: np.ndarray) -> EnvFault:
     rows = ~np.isfinite(value.reshape(parts.num_envs, -1)).all(axis=1)
     where = ", ".join(str(i) for i in np.flatnonzero(rows)[:4])
     bad = value.reshape(parts.num_envs, -1)[rows][0]
     first = bad[~np.isfinite(bad)][0]
-    return EnvFaultError(
+    return EnvFault(
         f"{_env_name(parts.venv)} (sub-env {where}) returned a non-finite {key!r} ({first}) from "
         f"{call}(): the env produced it, not the learner; fix the env or wrap it to clip or "
         "replace such values"
@@ -306,7 +306,7 @@ def _non_finite(parts: _EnvParts, call: str, key: str, value: np.ndarray) -> Env
 class _CheckedVenv:
     """The vector env as the collector steps it: an exception in ``step()`` / ``reset()``, a
     non-finite observation or reward and an observation of the wrong shape become one
-    :class:`~rlkit.training.errors.EnvFaultError` line naming the env. The checks are
+    :class:`~rlkit.training.errors.EnvFault` line naming the env. The checks are
     vectorised on the whole step (one ``np.isfinite(x).all()`` per float array: 0.6% of a
     CartPole step with 8 envs); other attributes are the env's."""
 

@@ -56,6 +56,7 @@ from rlkit.configs.base import (
     unread_settings,
 )
 from rlkit.configs.base import save_config as _save_config
+from rlkit.data.errors import EnvFault
 from rlkit.training import checkpoint as ckpt
 
 # the command line and the exception classes are torch-free (``--help`` imports no torch),
@@ -756,7 +757,7 @@ class Engine:
             raise NonFiniteError(
                 f"{err}: training stopped; no checkpoint had been written yet. {advice}"
             ) from None
-        except EnvFaultError as err:
+        except EnvFault as err:
             start.close()
             kept = (
                 "the checkpoint resumed from is intact"
@@ -909,7 +910,7 @@ class Engine:
         except KeyboardInterrupt:  # RunInterrupted, or a second signal (stopped at once)
             log.close("interrupted")
             raise
-        except EnvFaultError as err:
+        except EnvFault as err:
             log.close("failed")
             raise EnvFaultError(f"{err}; training stopped: {state.keep_last_batch()}") from None
         except NonFiniteError as err:

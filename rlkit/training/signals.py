@@ -140,10 +140,21 @@ class RankWatch:
     def __init__(self) -> None:
         self.peers: list[tuple[str, int]] = []  # (host, pid) per rank
         self.rank = 0
-        self.where: Callable[[], str] = lambda: "no checkpoint had been written yet"
+        self.where: Callable[[], str] = _no_checkpoint_yet
         self._claimed = False
         self._lock = threading.Lock()
         self._children: dict[int, Any] = {}  # pid: Popen of the ranks rank 0 started
+
+    def __getstate__(self) -> dict:
+        """``--strategy ddp_spawn`` pickles the engine for its ranks: the lock, the watched
+        children and the checkpoint reporter stay in the launching process."""
+        state = dict(self.__dict__)
+        state.update(where=_no_checkpoint_yet, _lock=None, _children={})
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def start(self, rank: int, world_size: int) -> None:
         import socket
@@ -232,3 +243,7 @@ def _how(code: int | None) -> str:
         with contextlib.suppress(ValueError):
             return f"killed by {signal.Signals(-code).name}"
     return f"exit status {code}"
+
+
+def _no_checkpoint_yet() -> str:
+    return "no checkpoint had been written yet"
