@@ -322,8 +322,7 @@ class _CheckedVenv:
         except Exception as err:
             raise _env_fault(self._parts, "step", err) from err
         obs, reward = out[0], out[1]
-        if isinstance(obs, np.ndarray) and obs.dtype.kind == "f" and not np.isfinite(obs).all():
-            raise _non_finite(self._parts, "step", keys.OBSERVATION, obs)
+        self._check_obs("step", obs)
         if not np.isfinite(reward).all():
             raise _non_finite(self._parts, "step", _REWARD, np.asarray(reward))
         return out
@@ -333,10 +332,16 @@ class _CheckedVenv:
             out = self._venv.reset(**kwargs)
         except Exception as err:
             raise _env_fault(self._parts, "reset", err) from err
-        obs = out[0]
-        if isinstance(obs, np.ndarray) and obs.dtype.kind == "f" and not np.isfinite(obs).all():
-            raise _non_finite(self._parts, "reset", keys.OBSERVATION, obs)
+        self._check_obs("reset", out[0])
         return out
+
+    def _check_obs(self, call: str, obs: Any) -> None:
+        """A float observation (a Dict observation's ``"observation"`` entry, with a mask
+        beside it) must be finite."""
+        if isinstance(obs, dict):
+            obs = obs.get(keys.OBSERVATION)
+        if isinstance(obs, np.ndarray) and obs.dtype.kind == "f" and not np.isfinite(obs).all():
+            raise _non_finite(self._parts, call, keys.OBSERVATION, obs)
 
 
 # --------------------------------------------------------------------------- collector
