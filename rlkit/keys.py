@@ -34,6 +34,11 @@ key                           shape               written by
                                                   also at done steps (never the reset one)
 ``NEXT_STATE_VALUE``          ``[*, 1]``          V critics applied to the next observation
 ``EPISODE_RETURN``            ``[*, 1]``          ``make_env`` (running undiscounted return)
+``IS_INIT``                   ``[*, 1]``          the collector: True at an episode's first
+                                                  step (a recurrent state starts at zero)
+``POLICY_STATE_H`` / ``_C``   ``[*, L, H]``       recurrent policy cores: the state the step
+                                                  started from (``("next", ...)``: after it)
+``VALUE_STATE_H`` / ``_C``    ``[*, L, H]``       recurrent V critics, likewise
 ``STEP_COUNT``                ``[*, 1]``          ``make_env`` (steps in the episode)
 ============================  ==================  ========================================
 """
@@ -120,6 +125,21 @@ EPISODE_RETURN_NAME = "episode_reward"
 EPISODE_RETURN = (NEXT, EPISODE_RETURN_NAME)
 STEP_COUNT_NAME = "step_count"
 STEP_COUNT = (NEXT, STEP_COUNT_NAME)
+
+#: Recurrent memory (``docs/memory.md``). ``IS_INIT`` ``[*, 1]`` bool is True at the first
+#: step of an episode, where a recurrent core starts from a zero state (TorchRL's
+#: ``InitTracker`` name). A core's state ``[*, num_layers, hidden]`` at the root is the state
+#: the step started from; the core writes the state after the step under ``("next", ...)``,
+#: which the collector carries to the next step (TorchRL's ``LSTMModule`` convention).
+#: ``*_H`` is the hidden state (an LSTM's h, a GRU's only state), ``*_C`` an LSTM's cell.
+IS_INIT = "is_init"
+POLICY_STATE_H = "policy_state_h"
+POLICY_STATE_C = "policy_state_c"
+VALUE_STATE_H = "value_state_h"
+VALUE_STATE_C = "value_state_c"
+#: The features a recurrent core hands to its heads, ``[*, hidden]``.
+POLICY_MEMORY = "policy_memory"
+VALUE_MEMORY = "value_memory"
 
 #: Name TorchRL collectors give the time dimension of a batch.
 TIME_DIM_NAME = "time"

@@ -20,6 +20,7 @@ from rlkit.algorithms.onpolicy import (
     PolicyGradientLearner,
     attach_intrinsic_from_config,
     policy_gradient_settings,
+    refuse_memory,
 )
 from rlkit.configs import daac as _config
 from rlkit.configs.daac import PRESETS, DAACConfig
@@ -210,6 +211,7 @@ def build(cfg: DAACConfig, env, *, loss_cls=None, estimator_cls=None) -> DAACLea
     lmbda=, value_network=critic)``; the value network's
     :class:`~rlkit.objectives.daac.DAACValueLoss` and everything else are built as the recipe
     builds them."""
+    refuse_memory(cfg, "daac")
     nets = build_daac_networks(cfg, env)
     estimator = gae_part(estimator_cls, GAE, cfg, nets.critic, where="daac.build")
     loss = make_part(

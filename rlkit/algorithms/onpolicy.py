@@ -25,9 +25,11 @@ from torch import nn
 
 from rlkit import keys
 from rlkit.algorithms._settings import config_lr_schedule, config_optimizer
-from rlkit.configs.onpolicy import OnPolicyConfig, PolicyGradientConfig
+from rlkit.algorithms.memory import Memory
+from rlkit.configs.onpolicy import MEMORY_RECIPES, OnPolicyConfig, PolicyGradientConfig
 from rlkit.data.minibatch import minibatch_indices
-from rlkit.modules.builders import actor_critic_networks
+from rlkit.modules.builders import actor_critic_networks, gaussian_kwargs
+from rlkit.modules.recurrent import recurrent_actor_critic
 from rlkit.objectives.functional import explained_variance
 from rlkit.objectives.intrinsic import IntrinsicReward, make_intrinsic
 from rlkit.training import schedules
@@ -67,6 +69,10 @@ class PolicyGradientLearner(Learner):
             statistics (:class:`~rlkit.value.standardizer.RunningStandardizer`, checkpointed).
         min_episodes, min_steps: a batch holds at least this many finished episodes and
             frames per rank (more chunks collected until it does; :class:`Learner`).
+        sequence_length: with a recurrent actor or critic (:mod:`rlkit.modules.recurrent`),
+            train on sequences of this many steps (cut from each env's row of the batch;
+            None: whole rows); ``minibatch_size`` counts frames and must be a multiple of
+            it. Ignored without memory.
     """
 
     def __init__(
@@ -89,8 +95,10 @@ class PolicyGradientLearner(Learner):
         running_advantage_norm: bool = False,
         min_episodes: int | None = None,
         min_steps: int | None = None,
+        sequence_length: int | None = None,
     ) -> None:
         self.algo = algo
+        self.memory = Memory(actor, critic, sequence_length, minibatch_size)
         self.min_episodes, self.min_steps = min_episodes, min_steps
         self.loss_schedules = dict(loss_schedules or {})
         check_schedules(loss, self.loss_schedules)
@@ -261,6 +269,9 @@ class PolicyGradientLearner(Learner):
         return self._frames_per_batch
 
     def collect_policy(self) -> nn.Module:
+        return self.memory.collect_policy if self.memory.on else self.actor
+
+    def eval_policy(self) -> nn.Module:
         return self.actor
 
     def state_dict(self) -> dict[str, Any]:
@@ -316,6 +327,8 @@ class PolicyGradientLearner(Learner):
         if size is None:
             # none: the whole batch, whose length --min-episodes may vary
             size = n if self.minibatch_size is None else self.minibatch_size
+            if self.memory.on and self.minibatch_size is not None:  # frames -> sequences
+                size = max(1, size // flat.shape[-1])
         if size >= n:
             # one minibatch per epoch: the mean loss over the whole batch does not depend on
             # the order of its samples, so skip the shuffle and the copy
@@ -382,10 +395,14 @@ class PolicyGradientLearner(Learner):
         (a population runs each member's ``prepare``, then all members' steps at once)."""
         sched = self.apply_schedules(ctx.progress)
         with torch.no_grad():
+            if self.memory.on:
+                self.memory.bootstrap_values(batch)
             self.estimator(batch)
             sched |= self.intrinsic_advantage(batch, ctx)
             if self.adv_norm is not None:  # every rank's advantages: the same statistics
                 self.adv_norm(batch, samples=ctx.all_gather(batch.get(keys.ADVANTAGE)))
+        if self.memory.on:
+            return self.memory.sequences(batch), sched
         return batch.reshape(-1), sched
 
     def after_update(self, batch: TensorDictBase, result: Mapping[str, float], ctx) -> None:
@@ -424,7 +441,22 @@ def build_actor_critic(
     cfg: PolicyGradientConfig, env
 ) -> tuple[nn.Module, nn.Module, nn.Module | None]:
     """:func:`rlkit.modules.actor_critic_networks` with a config's network flags
-    (``--encoder`` and ``--feature-dim`` where the config has them, else the MLP)."""
+    (``--encoder`` and ``--feature-dim`` where the config has them, else the MLP); with
+    ``--recurrent lstm|gru``, :func:`rlkit.modules.recurrent.recurrent_actor_critic`."""
+    if cfg.recurrent != "none":
+        return recurrent_actor_critic(
+            env,
+            kind=cfg.recurrent,
+            size=cfg.recurrent_size,
+            layers=cfg.recurrent_layers,
+            actor_hidden=cfg.actor_layers,
+            critic_hidden=cfg.critic_layers,
+            activation=cfg.activation,
+            normalize_obs=cfg.normalize_obs,
+            encoder=getattr(cfg, "encoder", "mlp"),
+            feature_dim=getattr(cfg, "feature_dim", None),
+            actor_kw=gaussian_kwargs(env, cfg.init_log_std, cfg.bounded_mean),
+        )
     return actor_critic_networks(
         env,
         encoder=getattr(cfg, "encoder", "mlp"),
@@ -492,7 +524,19 @@ def policy_gradient_settings(
     )
     if isinstance(cfg, OnPolicyConfig):  # the GAE recipes' batch floor
         settings |= dict(min_episodes=cfg.min_episodes, min_steps=cfg.min_steps)
+    if cfg.recurrent != "none":
+        settings["sequence_length"] = cfg.sequence_length
     return settings
+
+
+def refuse_memory(cfg, algo: str) -> None:
+    """``--recurrent`` on a recipe whose networks have no place for it: one line naming the
+    recipes that take it."""
+    if getattr(cfg, "recurrent", "none") != "none":
+        raise ValueError(
+            f"--recurrent {cfg.recurrent}: {algo} has no recurrent networks; the recipes with "
+            f"memory are {MEMORY_RECIPES} (docs/memory.md)"
+        )
 
 
 def policy_optimizer(cfg, *modules: nn.Module | None) -> torch.optim.Optimizer:

@@ -22,6 +22,7 @@ from rlkit.algorithms.onpolicy import (
     PolicyGradientLearner,
     attach_intrinsic_from_config,
     policy_gradient_settings,
+    refuse_memory,
 )
 from rlkit.configs import ppg as _config
 from rlkit.configs.ppg import PRESETS, PPGConfig
@@ -372,6 +373,7 @@ def build(cfg: PPGConfig, env, *, loss_cls=None, estimator_cls=None) -> PPGLearn
     normalize_advantage=)`` and ``estimator_cls(gamma=, lmbda=, value_network=critic)``; the
     auxiliary phase's :class:`~rlkit.objectives.PPGAuxLoss` and everything else are built as
     the recipe builds them."""
+    refuse_memory(cfg, "ppg")
     nets = build_ppg_networks(cfg, env)
     estimator = gae_part(estimator_cls, GAE, cfg, nets.critic, where="ppg.build")
     loss = make_part(

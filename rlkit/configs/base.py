@@ -829,7 +829,18 @@ class _Parser(argparse.ArgumentParser):
     instead of a usage block of every flag followed by the error."""
 
     def error(self, message: str):  # type: ignore[override]
+        if message.startswith("unrecognized arguments"):
+            hints = [hint for flag, hint in ELSEWHERE.items() if flag in message.split()]
+            if hints:
+                self.exit(2, f"error: {message}: {hints[0]}\n")
         self.exit(2, f"error: {message} (see --help)\n")
+
+
+#: flags some recipes have and others do not: what an unknown one says
+ELSEWHERE = {
+    "--recurrent": "this recipe has no recurrent networks; the recipes with memory are "
+    "ppo, a2c, rnd, impala and appo (docs/memory.md)",
+}
 
 
 def build_parser(cls: type, *, description: str | None = None) -> argparse.ArgumentParser:

@@ -28,6 +28,10 @@ LR_SCHEDULES = ("constant", "linear", "cosine", "exponential", "kl")
 #: ``--optimizer`` choices of the on-policy recipes
 OPTIMIZERS = ("adam", "adamw", "rmsprop", "sgd")
 
+#: ``--recurrent`` choices; the recipes that take memory
+RECURRENT = ("none", "lstm", "gru")
+MEMORY_RECIPES = "ppo, a2c, rnd, impala and appo"
+
 
 @dataclass(frozen=True)
 class PolicyGradientConfig(TrainConfig):
@@ -171,10 +175,34 @@ class PolicyGradientConfig(TrainConfig):
     activation: str = field(
         default="tanh", metadata=_help("tanh or relu", choices=("tanh", "relu"))
     )
+    recurrent: str = field(
+        default="none",
+        metadata=_help(
+            "memory: an lstm or gru core before each network's head (actor and critic each "
+            f"their own, as SB3-contrib's RecurrentPPO), trained on sequences; {MEMORY_RECIPES} "
+            "(docs/memory.md). none: no memory",
+            choices=RECURRENT,
+        ),
+    )
+    recurrent_size: int = field(
+        default=128,
+        metadata=_help("units of the --recurrent core (SB3-contrib's lstm_hidden_size)"),
+    )
+    recurrent_layers: int = field(default=1, metadata=_help("layers of the --recurrent core"))
+    sequence_length: int | None = field(
+        default=None,
+        metadata=_help(
+            "--recurrent: train on sequences of this many steps cut from each env's row "
+            "(a divisor of --rollout-steps; --minibatch-size a multiple of it); none: whole "
+            "rows. A new episode inside a sequence starts from a zero state either way"
+        ),
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
         finite_floats(self)
+        positive(self, "recurrent_size", "recurrent_layers", "sequence_length")
+        self._check_memory()
         positive(self, "rollout_steps", "epochs", "minibatch_size", "lr", "adam_eps")
         non_negative(self, "lr_final", "entropy_coef", "entropy_coef_final", "value_coef")
         non_negative(self, "max_grad_norm")
@@ -226,6 +254,25 @@ class PolicyGradientConfig(TrainConfig):
                     f"{flag} needs positive layer sizes, got {sizes}: e.g. {flag} 64 64, or "
                     "none for --hidden"
                 )
+
+    def _check_memory(self) -> None:
+        if self.recurrent == "none":
+            return
+        length = self.sequence_length or self.rollout_steps
+        if self.rollout_steps % length:
+            raise ValueError(
+                f"--sequence-length {length} does not divide --rollout-steps "
+                f"{self.rollout_steps}: each env's row is cut into whole sequences; use a "
+                "divisor such as "
+                f"{max(d for d in range(1, length + 1) if self.rollout_steps % d == 0)}"
+            )
+        if self.minibatch_size is not None and self.minibatch_size % length:
+            raise ValueError(
+                f"--minibatch-size {self.minibatch_size} is not a multiple of the sequence "
+                f"length {length} (--sequence-length, else --rollout-steps): a recurrent "
+                "policy trains on whole sequences; use "
+                f"{max(1, self.minibatch_size // length) * length}"
+            )
 
     def env_options(self) -> dict[str, Any]:
         if not self.normalize_reward:

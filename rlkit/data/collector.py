@@ -27,8 +27,15 @@ auto_register_policy_transforms=False)`` yields for the same env, policy and see
 (``tests/test_collector.py`` checks this over consecutive batches with truncations inside
 and across batch boundaries, normalisers on, discrete and continuous actions).
 
+A recurrent policy (its state in TensorDict keys, :mod:`rlkit.modules.recurrent`, or
+TorchRL's ``LSTMModule`` / ``GRUModule``) is carried here too: the collector keeps
+:data:`~rlkit.keys.IS_INIT` (True at each episode's first step) and the state each step
+starts from, zero at an episode's first step, and carries the state the policy writes under
+``("next", key)`` to the next step and the next batch. The batch stores both (root: the state
+each step started from; ``"next"``: the state after it).
+
 An env or policy outside what is supported here (other transforms, info-dict readers,
-frame skip, a policy reading keys the collector does not carry, recurrent state) raises
+frame skip, a policy reading keys the collector does not carry) raises
 :class:`UnsupportedEnvError` naming the part; :func:`make_collector` falls back to
 TorchRL's ``Collector`` in that case.
 """
@@ -61,6 +68,7 @@ from rlkit.data.errors import EnvFault
 from rlkit.modules.compat import check_env_compat
 from rlkit.modules.direct import actor_sample, sampled_keys
 from rlkit.modules.normalization import ObservationNorm, RewardNorm
+from rlkit.modules.recurrent import carried_state, scratch_keys
 
 __all__ = [
     "EpisodeBatches",
@@ -129,6 +137,10 @@ class _State:
     traj_ids: np.ndarray  # [N] int64
     next_traj_id: int
     mask: Tensor | None = None  # [N, n] the action mask (keys.ACTION_MASK), when the env has one
+    #: a recurrent policy's state ({key: [N, *S]}, zero at an episode's first step) and
+    #: keys.IS_INIT [N, 1] (True at an episode's first step)
+    memory: dict | None = None
+    is_init: Tensor | None = None
 
 
 # --------------------------------------------------------------------------- env checks
@@ -426,6 +438,8 @@ class VectorEnvCollector:
         self.device = self._check_device(policy, device)
         self.exploration_type = exploration_type
         self.policy = policy
+        self._carried = carried_state(policy) if isinstance(policy, nn.Module) else {}
+        self._scratch = scratch_keys(policy) if isinstance(policy, nn.Module) else set()
         self._policy_in_keys = self._check_policy(policy)
         check_env_compat(policy, env, device=self.device)  # index vs one-hot, count, bounds
         try:
@@ -468,6 +482,10 @@ class VectorEnvCollector:
             )
         return None
 
+    def _memory_keys(self) -> list[NestedKey]:
+        """A recurrent policy's inputs beyond the env's: ``is_init`` and its state keys."""
+        return [keys.IS_INIT, *self._carried] if self._carried else []
+
     def _root_keys(self) -> list[str]:
         names = [keys.OBSERVATION, *_DONE_NAMES]
         if self._parts.mask_spec is not None:
@@ -485,11 +503,12 @@ class VectorEnvCollector:
                 f"policy must be a TensorDict module with in_keys (e.g. a TorchRL "
                 f"ProbabilisticActor), got {type(policy).__name__}"
             )
-        extra = [k for k in in_keys if k not in self._root_keys()]
+        readable = [*self._root_keys(), *self._memory_keys()]
+        extra = [k for k in in_keys if k not in readable]
         if extra:
             raise _unsupported(
-                f"a policy reading {extra} (it may read {self._root_keys()}; recurrent "
-                "state and other carried keys need TorchRL's step_mdp)"
+                f"a policy reading {extra} (it may read {readable}; other carried keys need "
+                "TorchRL's step_mdp)"
             )
         return list(in_keys)
 
@@ -502,7 +521,11 @@ class VectorEnvCollector:
         steps = td.get(keys.STEP_COUNT_NAME).reshape(n).numpy() if p.track_steps else None
         obs = td.get(keys.OBSERVATION)
         mask = td.get(keys.ACTION_MASK) if p.mask_spec is not None else None
-        return _State(obs, ret, steps, np.arange(n, dtype=np.int64), next_traj_id=n, mask=mask)
+        state = _State(obs, ret, steps, np.arange(n, dtype=np.int64), next_traj_id=n, mask=mask)
+        if self._carried:  # every sub-env starts an episode: zero state, is_init True
+            state.memory = {k: torch.zeros(n, *s) for k, s in self._carried.items()}
+            state.is_init = torch.ones(n, 1, dtype=torch.bool)
+        return state
 
     def _probe_policy(self) -> list[NestedKey]:
         """Call the policy once (as ``Collector`` does) and list the keys it writes."""
@@ -513,7 +536,19 @@ class VectorEnvCollector:
                 f"policy must return a TensorDict, got {type(out).__name__}; wrap the "
                 "network in a tensordict.nn.TensorDictModule"
             )
-        written = [k for k in out.keys(True, True) if k not in self._policy_in_keys]
+        carried = [(keys.NEXT, k) for k in self._carried]
+        missing = [k for k in carried if k not in out.keys(True, True)]
+        if missing:
+            raise ValueError(
+                f"the recurrent policy reads its state {list(self._carried)} but wrote no "
+                f"{missing}: a recurrent module writes the state after the step under "
+                "('next', key) (docs/memory.md)"
+            )
+        written = [
+            k
+            for k in out.keys(True, True)
+            if k not in self._policy_in_keys and k not in carried and k not in self._scratch
+        ]
         bad = [k for k in written if isinstance(k, tuple) or k in self._root_keys()]
         if bad or keys.ACTION not in written:
             raise _unsupported(
@@ -558,14 +593,28 @@ class VectorEnvCollector:
                     out = self.policy(inputs)
                 for k in self._out_keys:
                     root[k].append(out.get(k))
+                if self._carried:
+                    self._carry(out, nxt)
                 self._step(out.get(keys.ACTION), nxt)
         if self._parts.copy_obs:
             self._state.obs = self._state.obs.clone()
         return self._assemble(root, nxt)
 
     # ------------------------------------------------------------------ per step
+    def _carry(self, out: TensorDictBase, nxt: dict[str, list]) -> None:
+        """The state after the step (the policy's ``("next", key)``): stored under
+        ``"next"`` and carried to the next step (zeroed there if the episode ends)."""
+        s = self._state
+        for k in self._carried:
+            after = out.get((keys.NEXT, k))
+            if after.device.type != "cpu":
+                after = after.cpu()
+            nxt[k].append(after)
+            s.memory[k] = after
+
     def _stored_root_keys(self) -> list[NestedKey]:
         names: list[NestedKey] = [keys.OBSERVATION, _TRAJ_IDS, *self._out_keys]
+        names += self._memory_keys()
         if self._parts.mask_spec is not None:
             names.append(keys.ACTION_MASK)
         if self._parts.track_return:
@@ -575,7 +624,7 @@ class VectorEnvCollector:
         return names
 
     def _stored_next_keys(self) -> list[str]:
-        names = [keys.OBSERVATION, _REWARD, *_DONE_NAMES]
+        names = [keys.OBSERVATION, _REWARD, *_DONE_NAMES, *self._carried]
         if self._parts.mask_spec is not None:
             names.append(keys.ACTION_MASK)
         if self._parts.track_return:
@@ -596,6 +645,10 @@ class VectorEnvCollector:
                 source[k] = torch.from_numpy(s.step_count).view(n, 1)
             elif k == keys.ACTION_MASK:
                 source[k] = s.mask
+            elif k == keys.IS_INIT:
+                source[k] = s.is_init
+            elif k in self._carried:
+                source[k] = s.memory[k]
             else:  # done / terminated / truncated: always False before a step
                 source[k] = torch.zeros(n, 1, dtype=torch.bool)
         device = self.device
@@ -614,6 +667,10 @@ class VectorEnvCollector:
             root[keys.STEP_COUNT_NAME].append(s.step_count)
         if s.mask is not None:
             root[keys.ACTION_MASK].append(s.mask)
+        if s.memory is not None:
+            root[keys.IS_INIT].append(s.is_init)
+            for k, v in s.memory.items():
+                root[k].append(v)
 
     def _read_mask(self, obs: dict) -> Tensor:
         """The Dict observation's action mask, as GymWrapper's ``spec.encode`` reads it."""
@@ -670,6 +727,8 @@ class VectorEnvCollector:
             reward = p.reward_norm.observe(torch.from_numpy(reward).view(shape), done_t)
         nxt[_REWARD].append(reward)
         s.obs = next_obs
+        if s.memory is not None:  # the next step starts an episode where this one ended
+            s.is_init = torch.from_numpy(done).view(-1, 1)
         if done.any():
             self._reset_finished(done)
 
@@ -691,6 +750,9 @@ class VectorEnvCollector:
             s.episode_return = np.where(done, np.float32(0.0), s.episode_return)
         if s.step_count is not None:
             s.step_count = np.where(done, 0, s.step_count)
+        if s.memory is not None:  # a new episode starts from a zero state
+            keep = ~rows
+            s.memory = {k: v * keep.view(-1, *([1] * (v.dim() - 1))) for k, v in s.memory.items()}
         count = int(done.sum())
         s.traj_ids = s.traj_ids.copy()
         s.traj_ids[done] = np.arange(s.next_traj_id, s.next_traj_id + count)

@@ -9,7 +9,8 @@ from tensordict import NestedKey, TensorDict, TensorDictBase
 from torch import Tensor, nn
 
 from rlkit import keys
-from rlkit.modules.direct import actor_dist, module_output
+from rlkit.modules.direct import actor_dist
+from rlkit.modules.recurrent import is_recurrent, next_state_values
 from rlkit.objectives.common import (
     APPROX_KL,
     ENTROPY,
@@ -176,7 +177,8 @@ class IMPALALoss(ActorCriticLoss):
         needs = dict.fromkeys([*self.actor.in_keys, *self.critic.in_keys], "read by a network")
         needs[self.tensor_keys.action] = WRITTEN_BY_BEHAVIOUR_ACTOR
         needs[self.tensor_keys.action_log_prob] = WRITTEN_BY_BEHAVIOUR_ACTOR
-        next_inputs = [keys.under_next(k) for k in self.critic.in_keys]
+        # a recurrent critic reads no is_init under "next": it never resets there
+        next_inputs = [keys.under_next(k) for k in self.critic.in_keys if k != keys.IS_INIT]
         for key in (*self._env_keys(), *next_inputs):
             needs[key] = "the environment writes it (collect the batch with a collector)"
         return needs
@@ -197,10 +199,17 @@ class IMPALALoss(ActorCriticLoss):
 
     def _values(self, td: TensorDictBase) -> tuple[Tensor, Tensor]:
         value = self._critic_value(td)  # [N, T], with grad
+        return value, self._next_value(td)
+
+    @torch.no_grad()
+    def _next_value(self, td: TensorDictBase) -> Tensor:
+        """V(("next", observation)); a recurrent critic scores it from its state after the
+        step (:func:`rlkit.modules.recurrent.next_state_values`), never from a sequence
+        run over the next observations (which would cross the resets)."""
+        if is_recurrent(self.critic):
+            return next_state_values(self.critic, td, self.tensor_keys.state_value)
         nxt = td.get(keys.NEXT).select(*self.critic.in_keys)
-        with torch.no_grad():
-            next_value = self.critic(nxt).get(self.tensor_keys.state_value)
-        return value, next_value
+        return self.critic(nxt).get(self.tensor_keys.state_value)
 
     def vtrace(
         self, td: TensorDictBase, *, log_prob: Tensor | None = None, value: Tensor | None = None
@@ -215,10 +224,7 @@ class IMPALALoss(ActorCriticLoss):
         if value is None:
             value, next_value = self._values(td)
         else:
-            with torch.no_grad():
-                next_value = module_output(
-                    self.critic, td.get(keys.NEXT), self.tensor_keys.state_value
-                )
+            next_value = self._next_value(td)
         behaviour = td.get(self.tensor_keys.action_log_prob)
         if behaviour.shape != td.batch_size:
             behaviour = behaviour.reshape(td.batch_size)

@@ -109,11 +109,13 @@ class Evaluator:
         # what make_env(..., seed=EVAL_SEED or the seeds) seeded: the same start states
         reseed(env, EVAL_SEED if self.repeats == 1 else self._seeds)
         td = env.reset()
+        memory = Carry(policy, td)
         running = torch.zeros(n, dtype=torch.float64)
         final = torch.full((n,), math.nan, dtype=torch.float64)
         finished = torch.zeros(n, dtype=torch.bool)
         for _ in range(self.max_steps or _NO_TIME_LIMIT):
-            td = policy(td)
+            td = policy(memory.start(td))
+            memory.after(td)
             td, td_next = env.step_and_maybe_reset(td)
             reward = td.get(keys.REWARD).reshape(n).double().cpu()
             done = td.get(keys.DONE).reshape(n).cpu()
@@ -124,6 +126,7 @@ class Evaluator:
             if finished.all():
                 break
             td = td_next
+            memory.done(done.view(n, 1))
         if not finished.all():
             if self.max_steps is not None:  # cut off: scored with the return so far
                 final[~finished] = running[~finished]
@@ -134,6 +137,42 @@ class Evaluator:
                 "off with --eval-max-steps"
             )
         return final
+
+
+class Carry:
+    """A recurrent policy's memory between evaluation steps (nothing for other policies):
+    zero at the start and where an episode ends (``is_init`` True on the next step), the
+    state the policy wrote under ``("next", key)`` carried to the next step otherwise."""
+
+    def __init__(self, policy: nn.Module, td) -> None:
+        from rlkit.modules.recurrent import carried_state
+
+        self.shapes = carried_state(policy)
+        batch = tuple(td.batch_size)
+        self.state = {k: torch.zeros(*batch, *s, device=td.device) for k, s in self.shapes.items()}
+        self.is_init = torch.ones(*batch, 1, dtype=torch.bool, device=td.device)
+
+    def start(self, td):
+        """``td`` with the state the step starts from."""
+        if self.shapes:
+            td.set(keys.IS_INIT, self.is_init)
+            for k, v in self.state.items():
+                td.set(k, v)
+        return td
+
+    def after(self, td) -> None:
+        """Keep the state the policy wrote for the next step."""
+        for k in self.shapes:
+            self.state[k] = td.get((keys.NEXT, k))
+
+    def done(self, done: torch.Tensor) -> None:
+        """Episodes that ended (``done`` ``[*, 1]``) start the next step from zero."""
+        if not self.shapes:
+            return
+        self.is_init = done.reshape(self.is_init.shape).bool()
+        keep = ~self.is_init
+        for k, v in self.state.items():
+            self.state[k] = v * keep.view(*keep.shape[:-1], *([1] * (v.dim() - keep.dim() + 1)))
 
 
 @torch.no_grad()
@@ -174,6 +213,7 @@ def record_gif(
         device = tensors[0].device if tensors else torch.device("cpu")
     device = torch.device(device)
     frames = []
+    memory = Carry(policy, TensorDict({}, batch_size=[1], device=device))
     with evaluation_mode(deterministic, device):
         for _ in range(max_frames):
             frames.append(Image.fromarray(env.render()))
@@ -181,7 +221,10 @@ def record_gif(
                 {keys.OBSERVATION: torch.as_tensor(obs, dtype=torch.float32, device=device)[None]},
                 batch_size=[1],
             )
-            action = policy(td).get(keys.ACTION)[0].cpu().numpy()
+            td = policy(memory.start(td))
+            memory.after(td)
+            memory.done(torch.zeros(1, 1, dtype=torch.bool))
+            action = td.get(keys.ACTION)[0].cpu().numpy()
             obs, _, terminated, truncated, _ = env.step(action)
             if terminated or truncated:
                 break

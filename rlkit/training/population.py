@@ -732,6 +732,7 @@ class PopulationLearner(Learner):
                 f"after another (its update has no vmapped form), so an update costs about "
                 f"{len(members)}x one member's; collection and evaluation are still shared"
             )
+        _refuse_memory(members[0])
         for m in members if not self.sequential else ():
             if not m.shared_update():
                 raise ValueError(
@@ -1133,6 +1134,17 @@ def rank_members(cfg, rank: int = 0, world_size: int = 1) -> tuple[int, list]:
     per_rank = size // world_size
     first = rank * per_rank
     return first, members[first : first + per_rank]
+
+
+def _refuse_memory(member: Learner) -> None:
+    memory = getattr(member, "memory", None)
+    if memory is not None and memory.on:
+        # measured: torch.func.vmap has no batching rule for aten::lstm / aten::gru
+        raise ValueError(
+            "--recurrent with --population/--sweep: members train as one vectorised "
+            "update (torch.func.vmap), which has no rule for nn.LSTM / nn.GRU; run each "
+            "seed or setting as its own run (docs/memory.md)"
+        )
 
 
 def build_population(build, cfg, env, *, rank: int = 0, world_size: int = 1) -> PopulationLearner:
