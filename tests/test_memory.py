@@ -13,7 +13,6 @@ import pytest
 import torch
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModuleBase
-from torch import nn
 
 from rlkit import keys
 from rlkit.algorithms.memory import split_sequences
@@ -63,8 +62,13 @@ def textbook_gru(core: RecurrentCore, x, is_init, h):
 def _core(kind, layers=2, size=6, features=3):
     torch.manual_seed(0)
     core = RecurrentCore(
-        in_key="x", out_key="y", kind=kind, input_size=features, hidden_size=size,
-        num_layers=layers, prefix="s",
+        in_key="x",
+        out_key="y",
+        kind=kind,
+        input_size=features,
+        hidden_size=size,
+        num_layers=layers,
+        prefix="s",
     )
     with torch.no_grad():  # biases away from CleanRL's zero init, so they are tested too
         for name, p in core.rnn.named_parameters():
@@ -191,13 +195,15 @@ class Countdown(gymnasium.Env):
 
 def _lstm_parts(env, size=8):
     torch.manual_seed(0)
-    return recurrent_actor_critic(env, kind="lstm", size=size, actor_hidden=(8,), critic_hidden=(8,))
+    return recurrent_actor_critic(
+        env, kind="lstm", size=size, actor_hidden=(8,), critic_hidden=(8,)
+    )
 
 
 def test_the_collector_resets_the_state_where_an_episode_starts_and_carries_it_elsewhere():
     env = make_env(lambda: gymnasium.wrappers.TimeLimit(Countdown(5), 3), num_envs=2, seed=0)
     env2 = make_env(lambda: Countdown(2), num_envs=2, seed=0)
-    for e, (ends, kind) in ((env, (3, "truncated")), (env2, (2, "terminated"))):
+    for e, kind in ((env, "truncated"), (env2, "terminated")):
         actor, critic, _ = _lstm_parts(e)
         policy = R.collect_module(actor, critic)
         collector = VectorEnvCollector(e, policy, frames_per_batch=2 * 7)
@@ -253,8 +259,16 @@ def test_gae_values_come_from_the_right_state():
     from rlkit.training.learner import Context, Counters
 
     cfg = PPOConfig(
-        env="CartPole-v1", num_envs=3, rollout_steps=16, minibatch_size=48, recurrent="gru",
-        recurrent_size=8, hidden=(8,), gamma=0.9, gae_lambda=0.8, epochs=1,
+        env="CartPole-v1",
+        num_envs=3,
+        rollout_steps=16,
+        minibatch_size=48,
+        recurrent="gru",
+        recurrent_size=8,
+        hidden=(8,),
+        gamma=0.9,
+        gae_lambda=0.8,
+        epochs=1,
     )
     env = make_env("CartPole-v1", num_envs=3, seed=0, max_episode_steps=7)
     torch.manual_seed(0)
@@ -366,6 +380,7 @@ def test_evaluation_keeps_memory_across_steps_and_resets_it_at_episode_start():
     env = make_env(Alternate, num_envs=2, seed=0)
     batch = next(iter(VectorEnvCollector(env, policy, frames_per_batch=2 * 9)))
     assert batch["next", "reward"].sum() == 18
+
     # forgetting (a policy whose state is reset every step) scores half
     class Forgetful(CountingPolicy):
         def forward(self, td):

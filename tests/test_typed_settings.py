@@ -250,15 +250,16 @@ def test_a_research_script_exits_2_with_one_line_and_writes_nothing(tmp_path):
 #: flags are parsed already.
 _KL = {"kl_target", "kl_factor", "kl_lr_factor", "kl_lr_min", "kl_lr_max"}
 _INTRINSIC = {"int_coef", "ext_coef", "pretraining", "intrinsic_lr", "gamma_int"}
+_MEMORY = {"recurrent_size", "recurrent_layers", "sequence_length"}
 UNREAD_BY_DEFAULT = {
-    "a2c": {"lr_final", "lr_gamma", "lr_decay_frames", *_KL, *_INTRINSIC},
-    "appo": {"lr_gamma", *_KL},
-    "daac": {"lr_gamma", *_KL, *_INTRINSIC},
+    "a2c": {"lr_final", "lr_gamma", "lr_decay_frames", *_KL, *_INTRINSIC, *_MEMORY},
+    "appo": {"lr_gamma", *_KL, *_MEMORY},
+    "daac": {"lr_gamma", *_KL, *_INTRINSIC, *_MEMORY},
     "dqn": {"priority_weight_norm", "lr_final", "lr_decay_frames"},
-    "impala": {"lr_final", "lr_gamma", "lr_decay_frames", *_KL},
-    "ppg": {"lr_gamma", *_KL, *_INTRINSIC},
-    "ppo": {"lr_gamma", *_KL, *_INTRINSIC},
-    "rnd": {"lr_final", "lr_gamma", "lr_decay_frames", *_KL},
+    "impala": {"lr_final", "lr_gamma", "lr_decay_frames", *_KL, *_MEMORY},
+    "ppg": {"lr_gamma", *_KL, *_INTRINSIC, *_MEMORY},
+    "ppo": {"lr_gamma", *_KL, *_INTRINSIC, *_MEMORY},
+    "rnd": {"lr_final", "lr_gamma", "lr_decay_frames", *_KL, *_MEMORY},
     "sac": {"priority_weight_norm", "lr_final", "lr_decay_frames"},
     "svpg": {"clip_epsilon", "lr_final"},
 }
@@ -268,6 +269,9 @@ UNREAD_BY_DEFAULT = {
 NEVER_APPLY = {
     # A2C refuses --lr-schedule kl (its loss measures no KL), yet declares the KL settings
     "a2c": _KL,
+    # PPG and DAAC refuse --recurrent (their networks have no place for it)
+    "ppg": _MEMORY,
+    "daac": _MEMORY,
 }
 
 #: (the switch, the settings it makes read)
@@ -279,6 +283,7 @@ SWITCHES = [
     ({"intrinsic": "rnd"}, _INTRINSIC),
     ({"prioritized": True}, {"priority_weight_norm"}),
     ({"particle": "ppo"}, {"clip_epsilon"}),
+    ({"recurrent": "gru"}, _MEMORY),
 ]
 
 

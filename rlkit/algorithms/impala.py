@@ -130,6 +130,11 @@ def build(cfg: IMPALAConfig, env, *, loss_cls=None) -> IMPALALearner:
     ``loss_cls(actor, critic, gamma=, vtrace_lambda=, rho_clip=, c_clip=, pg_rho_clip=,
     adv_mode=, entropy_coef=, value_coef=, reduction=, normalize_advantage=)``. There is no
     ``estimator_cls``: IMPALA has no separate estimator, its loss computes V-trace itself."""
+    if cfg.recurrent != "none" and cfg.sequence_length is not None:
+        raise ValueError(
+            f"--sequence-length {cfg.sequence_length}: IMPALA trains on whole env rows "
+            "(V-trace runs along each row); drop it (APPO cuts rows into sequences)"
+        )
     actor, critic, obs_norm = build_actor_critic(cfg, env)
     loss = make_part(
         loss_cls,
