@@ -57,7 +57,10 @@ ATARI_FRAME_STACK = 4
 
 
 def suite_of(env_id: Any) -> str | None:
-    """``"MinAtar"``, ``"ALE"`` or ``None`` for any other id."""
+    """``"MinAtar"``, ``"ALE"``, ``"POPGym"`` (``popgym:popgym-<Task>-v0`` or
+    ``popgym-<Task>-v0``) or ``None`` for any other id."""
+    if isinstance(env_id, str) and env_id.removeprefix("popgym:").startswith("popgym-"):
+        return "POPGym"
     if not isinstance(env_id, str) or "/" not in env_id:
         return None
     prefix = env_id.split("/", 1)[0]
@@ -72,6 +75,14 @@ def register_suite(env_id: str) -> None:
     """
     suite = suite_of(env_id)
     if suite is None or env_id in gymnasium.registry:
+        return
+    if suite == "POPGym":
+        try:
+            importlib.import_module("popgym")  # registers its popgym-* ids
+        except ModuleNotFoundError as err:
+            raise ModuleNotFoundError(
+                f'--env {env_id} needs popgym: pip install -e ".[popgym]"'
+            ) from err
         return
     module, extra = _SUITES[suite]
     try:
@@ -188,4 +199,23 @@ def suite_wrappers(env_id: str, *, training: bool) -> list:
         return [MinAtarFreshReset, MinAtarUint8]
     if suite == "ALE":
         return [lambda env: atari_wrappers(env, training=training)]
+    if suite == "POPGym":  # Discrete / MultiDiscrete / Tuple observations as one float vector
+        return [_flat_float_observation]
     return []
+
+
+def _flat_float_observation(env: gymnasium.Env) -> gymnasium.Env:
+    """POPGym's observations (Box, Discrete, MultiDiscrete, Tuple of them) as one float32
+    vector: gymnasium's ``FlattenObservation`` (one-hot for the discrete parts)."""
+    if isinstance(env.observation_space, spaces.Box) and env.observation_space.dtype == np.float32:
+        return env
+    flat = gymnasium.wrappers.FlattenObservation(env)
+    return gymnasium.wrappers.TransformObservation(
+        flat,
+        lambda obs: np.asarray(obs, dtype=np.float32),
+        spaces.Box(
+            flat.observation_space.low.astype(np.float32),
+            flat.observation_space.high.astype(np.float32),
+            dtype=np.float32,
+        ),
+    )
