@@ -413,3 +413,13 @@ def test_sequence_length_and_minibatch_are_checked_in_one_line():
         PPOConfig(recurrent="lstm", sequence_length=5)
     with pytest.raises(ValueError, match="not a multiple of the sequence length 8"):
         PPOConfig(recurrent="lstm", sequence_length=8, minibatch_size=100)
+
+
+def test_the_docs_page_runs(capsys):
+    from pathlib import Path
+
+    page = Path(__file__).resolve().parents[1] / "docs" / "memory.md"
+    (block,) = __import__("re").findall(r"```python\n(.*?)```", page.read_text(), flags=16)
+    exec(compile(block, "docs/memory.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert "tensor([0., 1., 2., 3.])" in out

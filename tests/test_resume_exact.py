@@ -77,6 +77,14 @@ CASES: dict[str, tuple[str, str, int]] = {
         "--hidden 32 32",
         3,
     ),
+    # memory: the stored recurrent states of the saved batch train identically (LSTM, chunks)
+    "ppo-lstm": (
+        "ppo",
+        "--env CartPole-v1 --total-frames 2000 --num-envs 4 --rollout-steps 16 --epochs 2 "
+        "--minibatch-size 16 --recurrent lstm --recurrent-size 8 --sequence-length 4 "
+        "--normalize-obs true --hidden 16",
+        3,
+    ),
     # an intrinsic reward (ICM): its networks, input and return statistics and its own
     # optimiser come back, and the saved batch's mixed reward is the same
     "ppo-icm": (
