@@ -108,6 +108,24 @@ PRESETS["rlkit/MountainCarSparse-v0"] = dict(
 # every MinAtar/* and ALE/* id (rlkit.configs.suites: gymnax-blines' MinAtar settings, CleanRL's
 # ppo_atari.py)
 PRESETS["MinAtar/*"] = dict(MINATAR_PPO)
+# every popgym-* id (POPGym, Morad et al. 2023): partially observable by construction, so
+# memory is on (a GRU of 64, docs/memory.md; --recurrent none for the MLP control). Sizes
+# measured here: PositionOnlyCartPoleEasy reaches 0.99 at 102k frames (seed 0)
+PRESETS["POPGym/*"] = dict(
+    num_envs=32,
+    rollout_steps=64,
+    epochs=4,
+    minibatch_size=512,
+    lr=3e-4,
+    lr_schedule="constant",
+    gamma=0.99,
+    gae_lambda=0.95,
+    clip_epsilon_final=None,
+    hidden=(64,),
+    recurrent="gru",
+    recurrent_size=64,
+    target_return=None,
+)
 PRESETS["ALE/*"] = dict(ATARI_PPO)
 
 

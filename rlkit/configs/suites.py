@@ -168,13 +168,15 @@ def suite_key(env: Any) -> str | None:
 
 
 def env_suite(env: Any) -> str | None:
-    """``"MinAtar"``, ``"ALE"``, ``"MuJoCo"``, ``"Box2D"``, ``"ClassicControl"`` or ``None``
-    (an id of no known suite, or not an id)."""
+    """``"MinAtar"``, ``"ALE"``, ``"POPGym"``, ``"MuJoCo"``, ``"Box2D"``,
+    ``"ClassicControl"`` or ``None`` (an id of no known suite, or not an id)."""
     key = suite_key(env)
     if key is not None:
         return key[:-2]
     if not isinstance(env, str):
         return None
+    if env.removeprefix("popgym:").startswith("popgym-"):
+        return "POPGym"
     import gymnasium  # torch-free; only where an id is resolved
 
     spec = gymnasium.registry.get(env)
