@@ -75,7 +75,7 @@ __all__ = [
 ]
 
 #: The recipes that take MultiDiscrete, MultiBinary and Dict / Tuple actions.
-PART_RECIPES = "ppo, a2c, impala and appo"
+PART_RECIPES = "ppo, a2c, impala, appo and rnd"
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
