@@ -21,6 +21,9 @@ key                           shape               written by
                                                   the action may be taken (also under
                                                   ``"next"``, for DQN's and SAC's targets)
 ``LOC`` / ``SCALE``           ``[*, *A]``         Gaussian actor heads
+``ACTION_PARAMS``             ``[*, P]``          multi-part actor heads (MultiDiscrete,
+                                                  MultiBinary, Dict actions): every part's
+                                                  logits / means and log-stds in one tensor
 ``STATE_VALUE``               ``[*, 1]``          V critics
 ``ACTION_VALUE``              ``[*, n]``          Q critics (one value per discrete action)
 ``STATE_ACTION_VALUE``        ``[*, 1]``          Q(s, a) critics for continuous actions
@@ -57,6 +60,10 @@ LOGITS = "logits"
 ACTION_MASK = "action_mask"
 LOC = "loc"
 SCALE = "scale"
+#: Multi-part actors' parameters ``[*, P]`` (:mod:`rlkit.modules.composite`): the logits of
+#: every categorical / Bernoulli part and the means and log-stds of every Normal part, in the
+#: action's order (a masked MultiDiscrete's masked logits hold the dtype's lowest value).
+ACTION_PARAMS = "action_params"
 
 STATE_VALUE = "state_value"
 ACTION_VALUE = "action_value"

@@ -385,20 +385,30 @@ def test_make_actor_with_backbone():
 @pytest.mark.parametrize(
     ("action_spec", "match"),
     [
-        (MultiCategorical([2, 3]), r"unsupported action spec MultiCategorical\(shape=\[2\]"),
-        (Binary(n=3), r"unsupported action spec Binary"),
         (MultiOneHot([2, 3]), r"unsupported action spec MultiOneHot"),
         (Categorical(3, shape=(2,)), r"unsupported action spec Categorical\(shape=\[2\]"),
-        (
-            Composite({keys.ACTION: Composite({"a": Categorical(2)})}),
-            r"unsupported action spec Composite",
-        ),
     ],
 )
 def test_make_actor_rejects_unsupported_action_specs(action_spec, match):
     with pytest.raises(ValueError, match=match) as info:
         make_actor(obs_spec(), action_spec)
     assert "support Categorical(n) with shape []" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("action_spec", "shape"),
+    [
+        (MultiCategorical([2, 3]), (5, 2)),
+        (Binary(n=3), (5, 3)),
+        (Composite({keys.ACTION: Composite({"a": Categorical(2)})}), (5,)),
+    ],
+)
+def test_make_actor_builds_a_multi_part_policy_for_structured_specs(action_spec, shape):
+    """MultiDiscrete, MultiBinary and Dict actions (issue 47): tests/test_actions.py."""
+    td = make_actor(obs_spec(), action_spec)(obs_td(5))
+    action = td[keys.ACTION]
+    assert (action["a"] if shape == (5,) else action).shape == shape
+    assert td[keys.ACTION_LOG_PROB].shape == (5,)
 
 
 def test_make_actor_rejects_bad_observations_and_options():
@@ -482,7 +492,9 @@ def test_make_value_and_make_q_dispatch():
     assert q.out_keys == [keys.ACTION_VALUE] and linears(q)[-1].out_features == 3
     qc = make_q(obs_spec(), Bounded(low=-1.0, high=1.0, shape=(2,)))
     assert qc.out_keys == [keys.STATE_ACTION_VALUE] and linears(qc)[0].in_features == 6
-    with pytest.raises(ValueError, match="unsupported action spec MultiCategorical"):
+    with pytest.raises(
+        ValueError, match=r"actions are MultiCategorical.* ppo, a2c, impala, appo and rnd"
+    ):
         make_q(obs_spec(), MultiCategorical([2, 2]))
 
 

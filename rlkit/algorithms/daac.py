@@ -24,6 +24,7 @@ from rlkit.algorithms.onpolicy import (
 )
 from rlkit.configs import daac as _config
 from rlkit.configs.daac import PRESETS, DAACConfig
+from rlkit.modules.composite import refuse_structured
 from rlkit.modules.daac_networks import DAACNetworks, daac_networks
 from rlkit.objectives.daac import DAACLoss, DAACValueLoss
 from rlkit.training import parse_config, run, schedules
@@ -212,6 +213,7 @@ def build(cfg: DAACConfig, env, *, loss_cls=None, estimator_cls=None) -> DAACLea
     :class:`~rlkit.objectives.daac.DAACValueLoss` and everything else are built as the recipe
     builds them."""
     refuse_memory(cfg, "daac")
+    refuse_structured(env, "daac (its networks take Discrete or Box actions)")
     nets = build_daac_networks(cfg, env)
     estimator = gae_part(estimator_cls, GAE, cfg, nets.critic, where="daac.build")
     loss = make_part(

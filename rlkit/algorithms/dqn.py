@@ -28,6 +28,7 @@ from rlkit.configs import dqn as _config
 from rlkit.configs.dqn import PRESETS, DQNConfig
 from rlkit.modules import q_critic_discrete
 from rlkit.modules.builders import check_mlp_observation
+from rlkit.modules.composite import refuse_structured
 from rlkit.modules.critics import action_kind, observation_features
 from rlkit.modules.masks import check_mask_spec, mask_key_of
 from rlkit.modules.networks import make_encoder, reinit_
@@ -164,6 +165,7 @@ def build(cfg: DQNConfig, env, *, loss_cls=None) -> DQNLearner:
     ``loss_cls(q_network, gamma=, loss_type=, double_dqn=, n_steps=, target_update=,
     target_period=, tau=, priority_weights=)``. There is no ``estimator_cls``: DQN's target
     (the n-step bootstrap from the target network) is part of its loss."""
+    refuse_structured(env, "dqn (its networks take Discrete or Box actions)")
     info = action_kind(env.action_spec, batch_shape=tuple(env.batch_size))
     if info.kind == "continuous":
         raise ValueError(

@@ -26,6 +26,7 @@ from rlkit.algorithms.onpolicy import (
 )
 from rlkit.configs import ppg as _config
 from rlkit.configs.ppg import PRESETS, PPGConfig
+from rlkit.modules.composite import refuse_structured
 from rlkit.modules.ppg_networks import PPGNetworks, ppg_networks
 from rlkit.objectives import PPGAuxLoss, PPOLoss
 from rlkit.objectives.common import LOSS_VALUE
@@ -374,6 +375,7 @@ def build(cfg: PPGConfig, env, *, loss_cls=None, estimator_cls=None) -> PPGLearn
     auxiliary phase's :class:`~rlkit.objectives.PPGAuxLoss` and everything else are built as
     the recipe builds them."""
     refuse_memory(cfg, "ppg")
+    refuse_structured(env, "ppg (its networks take Discrete or Box actions)")
     nets = build_ppg_networks(cfg, env)
     estimator = gae_part(estimator_cls, GAE, cfg, nets.critic, where="ppg.build")
     loss = make_part(

@@ -27,6 +27,7 @@ from rlkit.configs import sac as _config
 from rlkit.configs.sac import PRESETS, SACConfig, check_sac_n_steps
 from rlkit.modules import make_actor, q_critic_continuous, q_critic_discrete
 from rlkit.modules.builders import check_mlp_observation, image_obs_shape
+from rlkit.modules.composite import refuse_structured
 from rlkit.modules.critics import action_kind, make_q, observation_features
 from rlkit.modules.networks import make_encoder
 from rlkit.modules.policies import TanhActorPolicy
@@ -214,6 +215,7 @@ def build(cfg: SACConfig, env, *, loss_cls=None) -> SACLearner:
     learn_alpha=, target_entropy=, n_steps=, priority_weights=)``; add a term by overriding
     ``critic_terms`` or ``actor_terms`` (:class:`SACLearner`). There is no
     ``estimator_cls``: SAC's soft target is part of its loss."""
+    refuse_structured(env, "sac (its networks take Discrete or Box actions)")
     info = action_kind(env.action_spec, batch_shape=tuple(env.batch_size))
     actor, q1, q2 = sac_networks(
         env,

@@ -19,6 +19,7 @@ from rlkit import keys
 from rlkit.algorithms._parts import gae_part, make_part
 from rlkit.configs import svpg as _config
 from rlkit.configs.svpg import PRESETS, SVPGConfig
+from rlkit.modules.composite import refuse_structured
 from rlkit.modules.masks import mask_key_of, refuse_mask
 from rlkit.modules.particles import (
     ParticlePolicy,
@@ -360,6 +361,7 @@ def build(cfg: SVPGConfig, env, *, loss_cls=None, estimator_cls=None) -> SVPGLea
     ``normalize_advantage=False``) and ``estimator_cls(gamma=, lmbda=, value_network=critic)``;
     everything else is built as the recipe builds it. An env with an action mask is
     refused (the particles' stacked networks read the observation alone)."""
+    refuse_structured(env, "svpg (its networks take Discrete or Box actions)")
     if mask_key_of(env.observation_spec) is not None:
         raise refuse_mask("svpg (its particles' stacked policies)")
     actor, critic = build_particles(

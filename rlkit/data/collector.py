@@ -42,6 +42,7 @@ TorchRL's ``Collector`` in that case.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -50,7 +51,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 import torch
-from tensordict import NestedKey, TensorDict, TensorDictBase
+from tensordict import NestedKey, TensorDict, TensorDictBase, is_tensor_collection
 from tensordict.nn import InteractionType, TensorDictModuleBase, set_interaction_type
 from torch import Tensor, nn
 from torchrl.envs import (
@@ -113,6 +114,8 @@ class _EnvParts:
     obs_spec: Any
     reward_spec: Any
     action_spec: Any
+    #: the policy's action (a tensor, or a Dict action's TensorDict) as the vector env takes it
+    to_env_action: Any
     obs_dtype: np.dtype  # what GymWrapper's spec.encode casts to (before DoubleToFloat)
     reward_dtype: np.dtype
     double_to_float: bool = False
@@ -190,7 +193,10 @@ def _base_parts(env: EnvBase) -> _EnvParts:
         raise _unsupported(f"an env of batch size {tuple(env.batch_size)}")
     obs_keys = list(base.observation_spec.keys(True, True))
     masked = sorted(obs_keys) == sorted([keys.OBSERVATION, keys.ACTION_MASK])
-    if not (obs_keys == [keys.OBSERVATION] or masked) or base.action_keys != [keys.ACTION]:
+    # a Dict / Tuple action: one TensorDict of parts under "action" (make_env's wrapper)
+    structured = getattr(base, "_structured", None) is not None
+    action_keys = [keys.ACTION] if structured else base.action_keys
+    if not (obs_keys == [keys.OBSERVATION] or masked) or action_keys != [keys.ACTION]:
         raise _unsupported(f"observation keys {obs_keys} / action keys {base.action_keys}")
     if base.reward_keys != [_REWARD] or set(base.done_keys) != set(_DONE_NAMES):
         raise _unsupported(f"reward keys {base.reward_keys} / done keys {base.done_keys}")
@@ -202,6 +208,11 @@ def _base_parts(env: EnvBase) -> _EnvParts:
         obs_spec=obs_spec,
         reward_spec=base.reward_spec,
         action_spec=base.action_spec,
+        to_env_action=(
+            base.structured_to_numpy
+            if structured
+            else functools.partial(base.action_spec.to_numpy, safe=False)
+        ),
         obs_dtype=_numpy_dtype(obs_spec.dtype),
         reward_dtype=_numpy_dtype(base.reward_spec.dtype),
         copy_obs=not getattr(venv, "copy", True),
@@ -544,12 +555,11 @@ class VectorEnvCollector:
                 f"{missing}: a recurrent module writes the state after the step under "
                 "('next', key) (docs/memory.md)"
             )
-        written = [
-            k
-            for k in out.keys(True, True)
-            if k not in self._policy_in_keys and k not in carried and k not in self._scratch
-        ]
-        bad = [k for k in written if isinstance(k, tuple) or k in self._root_keys()]
+        skip = {*self._policy_in_keys, *self._scratch, *([keys.NEXT] if carried else [])}
+        written = [k for k in out.keys() if k not in skip]  # noqa: SIM118 (root keys)
+        # nested keys only as a Dict action's parts, under "action"
+        nested = [k for k in written if k != keys.ACTION and is_tensor_collection(out.get(k))]
+        bad = nested + [k for k in written if k in self._root_keys()]
         if bad or keys.ACTION not in written:
             raise _unsupported(
                 f"a policy writing {bad or written} (it must write {keys.ACTION!r} and may not "
@@ -698,9 +708,7 @@ class VectorEnvCollector:
         p, s = self._parts, self._state
         if action.device.type != "cpu":
             action = action.cpu()
-        obs_np, reward_np, terminated, truncated, _ = p.venv.step(
-            p.action_spec.to_numpy(action, safe=False)
-        )
+        obs_np, reward_np, terminated, truncated, _ = p.venv.step(p.to_env_action(action))
         next_obs = self._read_obs(obs_np)
         if p.obs_norm is not None:
             next_obs = p.obs_norm.observe(next_obs)

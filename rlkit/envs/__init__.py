@@ -2,7 +2,7 @@
 truncation-correct TorchRL envs.
 
 Importing this package also registers rlkit's own gymnasium ids (:mod:`rlkit.envs.sparse`,
-:mod:`rlkit.envs.masked`);
+:mod:`rlkit.envs.masked`, :mod:`rlkit.envs.structured`);
 MinAtar and ALE ids are registered on first use (:mod:`rlkit.envs.suites`). The env builders
 (:mod:`rlkit.envs.make`, which imports torch and TorchRL) load on first access, so the
 config layer reads what ``--env`` names (:mod:`rlkit.envs.ids`) without torch.
@@ -16,6 +16,7 @@ from typing import Any
 from rlkit.envs import (
     masked,  # noqa: F401  (registers rlkit/MaskedPick-v0)
     sparse,  # noqa: F401  (registers rlkit/MountainCarSparse-v0)
+    structured,  # noqa: F401  (registers rlkit/MultiPick-v0, rlkit/HybridReach-v0)
 )
 
 __all__ = [

@@ -30,6 +30,15 @@ import gymnasium
 import numpy as np
 import torch
 from gymnasium import spaces
+from torchrl.data import (
+    Binary,
+    Bounded,
+    Categorical,
+    Composite,
+    MultiCategorical,
+    TensorSpec,
+    Unbounded,
+)
 from torchrl.envs import (
     Compose,
     DoubleToFloat,
@@ -85,11 +94,71 @@ class _SyncVectorGymWrapper(GymWrapper):
     lives on a GPU. Here: no mask means reset all sub-envs, and the mask goes through CPU.
     """
 
+    #: a Dict / Tuple action: the gymnasium space, its entries' names (None otherwise)
+    _structured: tuple[spaces.Space, list[str]] | None = None
+
+    def _make_specs(self, env: Any, batch_size: Any = None) -> None:
+        """TorchRL's specs, with MultiDiscrete actions as ``MultiCategorical(nvec)``,
+        MultiBinary as ``Binary(k)`` and Dict / Tuple actions as a ``Composite`` under
+        ``"action"`` (TorchRL 0.14.1's GymWrapper fails on those: "spec.shape must match the
+        env batch size", "Stacking specs cannot occur")."""
+        space = getattr(env, "single_action_space", None)
+        if not isinstance(
+            space, spaces.Dict | spaces.Tuple | spaces.MultiDiscrete | spaces.MultiBinary
+        ):
+            return super()._make_specs(env, batch_size)
+        batch = tuple(self.batch_size)
+        batched_space = env.action_space
+        try:  # TorchRL reads the rest; the action spec is built here
+            env.action_space = spaces.Box(-1.0, 1.0, (*batch, 1), np.float32)
+            super()._make_specs(env, batch_size)
+        finally:
+            env.action_space = batched_space
+        if isinstance(space, spaces.Dict | spaces.Tuple):
+            entries = _action_entries(space)
+            self._structured = (space, list(entries))
+            leaves = {name: _action_leaf(entry, batch) for name, entry in entries.items()}
+            leaf: Any = Composite(leaves, shape=batch)
+        else:
+            leaf = _action_leaf(space, batch)
+        self.full_action_spec = Composite({keys.ACTION: leaf}, shape=batch)
+
+    def read_action(self, action: Any) -> Any:
+        if self._structured is None:
+            return super().read_action(action)
+        return self.structured_to_numpy(action[keys.ACTION])
+
+    def structured_to_numpy(self, action: Any) -> Any:
+        """A Dict action (a TensorDict or dict of parts) as the gymnasium vector env takes
+        it: a dict of batched arrays, or a tuple of them for a Tuple space."""
+        space, names = self._structured
+        spec = self.full_action_spec[keys.ACTION]
+        parts = {name: spec[name].to_numpy(action[name], safe=False) for name in names}
+        if isinstance(space, spaces.Tuple):
+            return tuple(parts[name] for name in names)
+        return parts
+
     def _replace_reset(self, reset: torch.Tensor | None, kwargs: dict) -> dict:
         if reset is not None and bool(reset.any()):
             mask = reset.reshape(self.batch_size).cpu().numpy()
             kwargs.setdefault("options", {})["reset_mask"] = mask
         return kwargs
+
+
+def _action_leaf(space: spaces.Space, batch: tuple[int, ...]) -> TensorSpec:
+    """The TorchRL spec of one (flat) gymnasium action space, batched over ``batch``."""
+    if isinstance(space, spaces.Discrete):
+        return Categorical(int(space.n), shape=batch, dtype=torch.int64)
+    if isinstance(space, spaces.MultiDiscrete):
+        nvec = torch.as_tensor(np.asarray(space.nvec), dtype=torch.int64)
+        return MultiCategorical(nvec.expand(*batch, -1), shape=(*batch, len(nvec)))
+    if isinstance(space, spaces.MultiBinary):
+        return Binary(int(space.shape[0]), shape=(*batch, int(space.shape[0])), dtype=torch.int8)
+    low = torch.as_tensor(space.low, dtype=torch.float32).expand(*batch, *space.shape)
+    high = torch.as_tensor(space.high, dtype=torch.float32).expand(*batch, *space.shape)
+    if torch.isfinite(low).all() and torch.isfinite(high).all():
+        return Bounded(low=low, high=high, shape=(*batch, *space.shape), dtype=torch.float32)
+    return Unbounded(shape=(*batch, *space.shape), dtype=torch.float32)
 
 
 def _check_env_id(env_id: str) -> None:
@@ -137,16 +206,60 @@ def _check_spaces(env_id: str, venv: gymnasium.vector.VectorEnv) -> None:
             "with a gymnasium wrapper such as gymnasium.wrappers.FlattenObservation, passed "
             "in wrappers=)"
         )
-    if not isinstance(act_space, spaces.Box | spaces.Discrete):
+    if isinstance(act_space, spaces.Dict | spaces.Tuple):
+        entries = _action_entries(act_space)
+        if not entries:
+            raise ValueError(f"{env_id!r} has an empty action space {act_space}")
+        for name, entry in entries.items():
+            box_vector = not isinstance(entry, spaces.Box) or len(entry.shape) == 1
+            if not (_flat_action(entry) and box_vector) or isinstance(entry, spaces.MultiDiscrete):
+                raise ValueError(
+                    f"{env_id!r} has action space {act_space}, whose entry {name!r} is {entry}; "
+                    "make_env supports Dict / Tuple actions of Discrete, MultiBinary and "
+                    "Box(d) entries (flatten nested ones with a gymnasium ActionWrapper)"
+                )
+            _check_action_entry(env_id, entry)
+    elif not _flat_action(act_space):
         raise ValueError(
-            f"{env_id!r} has action space {act_space}; make_env supports Box (continuous) "
-            "and Discrete actions"
+            f"{env_id!r} has action space {act_space}; make_env supports Box (continuous), "
+            "Discrete, MultiDiscrete and MultiBinary actions (one dimension) and Dict / Tuple "
+            "actions of Discrete, MultiBinary and Box entries"
         )
-    if isinstance(act_space, spaces.Discrete) and int(act_space.start) != 0:
+    else:
+        _check_action_entry(env_id, act_space)
+
+
+def _flat_action(space: spaces.Space) -> bool:
+    """A Box, Discrete, or a one-dimensional MultiDiscrete / MultiBinary action space."""
+    if isinstance(space, spaces.MultiDiscrete | spaces.MultiBinary):
+        return len(space.shape) == 1
+    return isinstance(space, spaces.Box | spaces.Discrete)
+
+
+def _check_action_entry(env_id: str, space: spaces.Space) -> None:
+    start = getattr(space, "start", 0)
+    if isinstance(space, spaces.Discrete | spaces.MultiDiscrete) and np.any(start != 0):
         raise ValueError(
-            f"{env_id!r} has action space {act_space} with start={act_space.start}; "
-            "make_env supports Discrete actions numbered from 0"
+            f"{env_id!r} has action space {space} with start={start}; make_env supports "
+            "Discrete and MultiDiscrete actions numbered from 0"
         )
+
+
+def _action_entries(space: spaces.Dict | spaces.Tuple) -> dict[str, spaces.Space]:
+    """A Dict action's entries by name; a Tuple's named ``"0"``, ``"1"``, ... (TensorDict keys)."""
+    if isinstance(space, spaces.Tuple):
+        return {str(i): entry for i, entry in enumerate(space.spaces)}
+    return dict(space.spaces)
+
+
+def _mask_width(act_space: spaces.Space) -> int | None:
+    """How many flags an action mask holds: one per action of a Discrete space, ``sum(nvec)``
+    for a MultiDiscrete one (the gymnasium / PettingZoo convention); None: no mask fits."""
+    if isinstance(act_space, spaces.Discrete):
+        return int(act_space.n)
+    if isinstance(act_space, spaces.MultiDiscrete) and len(act_space.shape) == 1:
+        return int(np.sum(act_space.nvec))
+    return None
 
 
 def _check_dict_space(env_id: str, obs_space: spaces.Dict) -> None:
@@ -172,20 +285,22 @@ def _check_dict_space(env_id: str, obs_space: spaces.Dict) -> None:
 
 def _check_action_mask(env_id: str, obs_space: spaces.Dict, act_space: spaces.Space) -> None:
     """A Dict observation's ``"action_mask"`` entry (PettingZoo's convention): one integer or
-    bool flag per action of a Discrete action space (docs/actions.md)."""
+    bool flag per action of a Discrete action space, ``sum(nvec)`` flags for a MultiDiscrete
+    one, each entry's choices in turn (docs/actions.md)."""
     entry = obs_space.spaces.get(keys.ACTION_MASK)
     if entry is None:
         return
-    if not isinstance(act_space, spaces.Discrete):
+    n = _mask_width(act_space)
+    if n is None:
         return  # the recipe refuses it in one line (rlkit.modules.masks.refuse_mask)
     shape = tuple(entry.shape or ())
     floating = np.issubdtype(entry.dtype, np.floating) if entry.dtype is not None else True
-    if shape != (int(act_space.n),) or floating or isinstance(entry, spaces.Discrete):
+    if shape != (n,) or floating or isinstance(entry, spaces.Discrete):
+        per = "action" if isinstance(act_space, spaces.Discrete) else "choice of every entry"
         raise ValueError(
             f"{env_id!r} has an {keys.ACTION_MASK!r} observation entry {entry}; an action mask "
-            f"holds one integer or bool flag per action: Box(0, 1, ({int(act_space.n)},), "
-            "int8) or MultiBinary"
-            f"({int(act_space.n)}) (nonzero: the action may be taken)"
+            f"holds one integer or bool flag per {per}: Box(0, 1, ({n},), int8) or MultiBinary"
+            f"({n}) (nonzero: the action may be taken)"
         )
 
 

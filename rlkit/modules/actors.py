@@ -48,7 +48,8 @@ from torchrl.modules import (
 )
 
 from rlkit import keys
-from rlkit.modules.compat import check_actor_spec
+from rlkit.modules.compat import attach_collector_check, check_actor_spec
+from rlkit.modules.composite import ActionLayout, action_layout, multi_part_actor
 from rlkit.modules.critics import action_kind, observation_features, value_critic
 from rlkit.modules.masks import MaskedHead, check_mask_spec, mask_key_of, refuse_mask
 from rlkit.modules.networks import mlp, mlp_body
@@ -140,7 +141,7 @@ def categorical_actor(
         module = TensorDictModule(head, in_keys=[obs_key, mask_key], out_keys=[keys.LOGITS])
     if spec is None:
         spec = OneHot(n_actions) if one_hot else Categorical(n_actions)
-    return ProbabilisticActor(
+    actor = ProbabilisticActor(
         module,
         in_keys=[keys.LOGITS],
         out_keys=[keys.ACTION],
@@ -150,6 +151,7 @@ def categorical_actor(
         log_prob_key=keys.ACTION_LOG_PROB,
         default_interaction_type=InteractionType.RANDOM,
     )
+    return attach_collector_check(actor)
 
 
 class _StateIndependentStd(nn.Module):
@@ -338,7 +340,7 @@ def gaussian_actor(
     else:
         dist_class, dist_kw = IndependentNormal, {}
         spec = Unbounded(shape=(action_dim,)) if spec is None else spec
-    return ProbabilisticActor(
+    actor = ProbabilisticActor(
         module,
         in_keys=[keys.LOC, keys.SCALE],
         out_keys=[keys.ACTION],
@@ -349,6 +351,7 @@ def gaussian_actor(
         log_prob_key=keys.ACTION_LOG_PROB,
         default_interaction_type=InteractionType.RANDOM,
     )
+    return attach_collector_check(actor)
 
 
 def make_actor(
@@ -411,6 +414,20 @@ def make_actor(
         observation_spec, obs_key=obs_key, backbone=backbone, in_features=in_features
     )
     batch = tuple(observation_spec.shape) if isinstance(observation_spec, Composite) else ()
+    layout = action_layout(action_spec, batch)
+    if layout is not None:  # MultiDiscrete, MultiBinary, Dict / Tuple actions
+        return _multi_part_actor(
+            width,
+            layout,
+            observation_spec,
+            action_spec,
+            batch,
+            action_mask,
+            backbone=backbone,
+            obs_key=obs_key,
+            tanh=tanh,
+            **kw,
+        )
     info = action_kind(action_spec, batch_shape=batch)
     leaf = action_spec[keys.ACTION] if isinstance(action_spec, Composite) else action_spec
     common = dict(backbone=backbone, obs_key=obs_key, spec=leaf)
@@ -438,7 +455,45 @@ def make_actor(
     else:
         actor = gaussian_actor(width, info.size, tanh=True, low=info.low, high=info.high, **common)
     check_actor_spec(actor, leaf, batch_shape=batch)
-    return actor
+    return attach_collector_check(actor)
+
+
+def _multi_part_actor(
+    width: int,
+    layout: ActionLayout,
+    observation_spec: TensorSpec,
+    action_spec: TensorSpec,
+    batch: tuple,
+    action_mask: bool | None,
+    *,
+    tanh: bool,
+    **kw,
+) -> ProbabilisticActor:
+    """:func:`~rlkit.modules.composite.multi_part_actor` for ``make_actor``: a mask of
+    ``sum(nvec)`` flags for a MultiDiscrete action, refused for the other layouts."""
+    if tanh or kw.get("bounded_loc"):
+        raise ValueError(
+            f"this env's actions are {layout.describe()}: the multi-part policy's Normal parts "
+            "are plain Gaussians (the env clips them); drop tanh / --bounded-mean"
+        )
+    kw.pop("bounded_loc", None)
+    found = None if action_mask is False else mask_key_of(observation_spec)
+    if action_mask and found is None:
+        raise ValueError(
+            f"action_mask=True, but the observation spec has no {keys.ACTION_MASK!r} entry"
+        )
+    if found is not None:
+        if layout.named or layout.parts[0].kind != "multi_discrete":
+            raise refuse_mask(f"a policy over {layout.describe()} actions")
+        check_mask_spec(observation_spec, sum(layout.parts[0].sizes), len(batch))
+    if isinstance(action_spec, Composite) and keys.ACTION in action_spec:
+        leaf = action_spec[keys.ACTION]
+    else:
+        leaf = action_spec
+    kw.setdefault("mask_key", found)
+    actor = multi_part_actor(width, layout, spec=leaf, **kw)
+    check_actor_spec(actor, leaf, batch_shape=batch)
+    return attach_collector_check(actor)
 
 
 def _mask_key(observation_spec, wanted: bool | None, info, batch: tuple) -> NestedKey | None:

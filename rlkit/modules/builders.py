@@ -30,7 +30,18 @@ def gaussian_kwargs(
         kw["bounded_loc"] = True
     if not kw:
         return kw
+    from rlkit.modules.composite import action_layout
     from rlkit.modules.critics import action_kind
+
+    layout = action_layout(env.full_action_spec, tuple(env.batch_size))
+    if layout is not None and (bounded_mean or all(p.kind != "normal" for p in layout.parts)):
+        what = "--bounded-mean" if bounded_mean else "--std-init (init_log_std)"
+        raise ValueError(
+            f"{what} applies to a Gaussian policy, but this env's actions are "
+            f"{layout.describe()} (no bounded Gaussian part): drop it"
+        )
+    if layout is not None:
+        return kw
 
     info = action_kind(env.action_spec, batch_shape=tuple(env.batch_size))
     if info.kind != "continuous":

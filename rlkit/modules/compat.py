@@ -22,6 +22,7 @@ without grad and without touching the global random state):
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 from dataclasses import dataclass
 from typing import Any
@@ -30,11 +31,25 @@ import torch
 from tensordict import NestedKey, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
-from torchrl.data import Bounded, Categorical, Composite, OneHot, TensorSpec, Unbounded
+from torchrl.data import (
+    Binary,
+    Bounded,
+    Categorical,
+    Composite,
+    MultiCategorical,
+    OneHot,
+    TensorSpec,
+    Unbounded,
+)
 
 from rlkit import keys
 
-__all__ = ["ActionSpecMismatchError", "check_actor_spec", "check_env_compat"]
+__all__ = [
+    "ActionSpecMismatchError",
+    "attach_collector_check",
+    "check_actor_spec",
+    "check_env_compat",
+]
 
 _FIX_DISCRETE = (
     "build the actor from the env's specs, rlkit.modules.make_actor(env.observation_spec, "
@@ -56,20 +71,32 @@ class _Side:
     high: torch.Tensor | None = None
     text: str = ""  # the actions, e.g. "one-hot actions, shape [*, 2]"
     spec: str = ""  # the spec they come from, e.g. "OneHot(n=2)"
+    layout: str | None = None  # a structured action's parts, e.g. "MultiDiscrete([3, 3])"
 
     def env_text(self) -> str:
         return f"{self.spec} ({self.text})" if self.spec else self.text
 
 
 def _leaf(spec: TensorSpec, action_key: NestedKey) -> TensorSpec | None:
+    """The action's spec: a leaf, or a Dict action's Composite of parts."""
     if isinstance(spec, Composite):
-        return spec.get(action_key, None) if action_key in spec.keys(True, True) else None
+        return spec.get(action_key, None) if action_key in spec.keys(True) else None
     return spec
 
 
 def _describe_spec(spec: TensorSpec, batch: tuple[int, ...]) -> _Side:
     shape = tuple(spec.shape)[len(batch) :]
     name = type(spec).__name__
+    if isinstance(spec, Composite | MultiCategorical | Binary):
+        from rlkit.modules.composite import action_layout
+
+        try:
+            layout = action_layout(spec, batch)
+        except ValueError:
+            layout = None
+        if layout is not None:
+            what = layout.describe()
+            return _Side("structured", text=f"{what} actions", spec=what, layout=what)
     if isinstance(spec, OneHot) and len(shape) == 1:
         n = int(spec.space.n)
         return _Side("one-hot", n, text=f"one-hot actions, shape [*, {n}]", spec=f"OneHot(n={n})")
@@ -88,7 +115,8 @@ def _describe_spec(spec: TensorSpec, batch: tuple[int, ...]) -> _Side:
         return _Side(
             "continuous", d, text=f"unbounded {d}-dim actions", spec=f"{name}(shape=[{d}])"
         )
-    return _Side("other", text=f"shape {list(shape)}, dtype {spec.dtype}", spec=name)
+    dtype = getattr(spec, "dtype", None)
+    return _Side("other", text=f"shape {list(shape)}, dtype {dtype}", spec=name)
 
 
 def _fmt(t: torch.Tensor) -> str:
@@ -169,6 +197,12 @@ def _compare(who: str, actor: _Side, env: _Side) -> None:
         return
     if actor.kind != env.kind:
         raise _encoding_error(who, actor, env)
+    if actor.kind == "structured" and actor.layout != env.layout:
+        raise ActionSpecMismatchError(
+            f"{who} writes {actor.text} but the env's action spec is {env.text}: the env would "
+            "misread every action. Fix: build the actor from the env's specs, "
+            "rlkit.modules.make_actor(env)."
+        )
     if actor.n is not None and env.n is not None and actor.n != env.n:
         what = "actions to choose from" if actor.kind != "continuous" else "action dimensions"
         raise ActionSpecMismatchError(
@@ -300,6 +334,47 @@ def _device_of(module: Any) -> torch.device | None:
     return None
 
 
+def _check_structured(who: str, action: Any, spec: TensorSpec, env: _Side) -> None:
+    """A structured action as written: the env's parts, each of the spec's shape."""
+    if isinstance(spec, Composite):
+        names = sorted(spec.keys())
+        got = sorted(action.keys()) if isinstance(action, TensorDictBase) else None
+        fits = got == names and all(
+            tuple(action.get(k).shape) == tuple(spec[k].shape) for k in names
+        )
+        wrote = f"a TensorDict of {got}" if got is not None else f"a tensor {list(action.shape)}"
+    else:
+        fits = isinstance(action, torch.Tensor) and tuple(action.shape) == tuple(spec.shape)
+        wrote = (
+            f"actions of shape {list(action.shape)}"
+            if isinstance(action, torch.Tensor)
+            else "a TensorDict"
+        )
+    if not fits:
+        raise ActionSpecMismatchError(
+            f"{who} writes {wrote} but the env's action spec is {env.text} (shape "
+            f"{list(spec.shape)}): the env would misread every action. Fix: build the actor "
+            "from the env's specs, rlkit.modules.make_actor(env)."
+        )
+
+
+def attach_collector_check(actor: nn.Module) -> nn.Module:
+    """Give ``actor`` the ``register_collector`` hook TorchRL's ``Collector`` calls with
+    itself at construction (``policy.register_collector(collector)``, torchrl 0.14.1): the
+    actor is then checked against the collector's env (:func:`check_env_compat`), so an
+    index-action actor under TorchRL's own ``Collector`` on a one-hot env raises
+    :class:`ActionSpecMismatchError` naming both encodings instead of running with every
+    action read as 0 (issue 47). rlkit's builders attach it to every actor they return."""
+    actor.register_collector = functools.partial(_check_registered, actor)
+    return actor
+
+
+def _check_registered(actor: nn.Module, collector: Any) -> None:
+    env = getattr(collector, "env", None)
+    if env is not None:
+        check_env_compat(actor, env)
+
+
 def check_env_compat(
     actor: nn.Module,
     env: Any,
@@ -346,7 +421,9 @@ def check_env_compat(
     if static is not None:
         _compare(who, static, env_side)
     probed = _probe(actor, env, action_key, device)
-    if probed is not None:
+    if probed is not None and env_side.kind == "structured":
+        _check_structured(who, probed[0], env_leaf, env_side)
+    elif probed is not None:
         action, out = probed
         side = _probe_side(action, out, batch)
         if static is not None and static.kind == side.kind:

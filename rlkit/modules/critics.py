@@ -29,7 +29,16 @@ import torch
 from tensordict import NestedKey
 from tensordict.nn import TensorDictModule
 from torch import nn
-from torchrl.data import Bounded, Categorical, Composite, OneHot, TensorSpec, Unbounded
+from torchrl.data import (
+    Binary,
+    Bounded,
+    Categorical,
+    Composite,
+    MultiCategorical,
+    OneHot,
+    TensorSpec,
+    Unbounded,
+)
 from torchrl.modules import ValueOperator
 
 from rlkit import keys
@@ -309,6 +318,14 @@ def action_kind(
             high = leaf.space.high.reshape(-1, shape[0])[0].detach().clone()
             return ActionInfo("continuous", shape[0], low, high)
         return ActionInfo("continuous", shape[0])
+    from rlkit.modules.composite import PART_RECIPES
+
+    if isinstance(leaf, Composite | MultiCategorical | Binary):
+        raise ValueError(
+            f"this env's actions are {name}(shape={list(shape)}) (MultiDiscrete, MultiBinary or "
+            f"Dict / Tuple), which this part cannot take: the recipes that take them are "
+            f"{PART_RECIPES} (docs/actions.md)"
+        )
     raise ValueError(
         f"unsupported action spec {name}(shape={list(shape)}, dtype={leaf.dtype}); rlkit's "
         f"actor and critic builders support {_SUPPORTED_ACTIONS}. Create discrete envs with "

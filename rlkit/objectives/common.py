@@ -58,6 +58,7 @@ __all__ = [
     "LossBase",
     "MissingKeyError",
     "distribution_entropy",
+    "part_metrics",
     "per_sample_log_prob",
     "read_column",
     "read_per_sample",
@@ -184,6 +185,19 @@ def per_sample_log_prob(
 # ---------------------------------------------------------------------------------------
 # Entropy
 # ---------------------------------------------------------------------------------------
+def part_metrics(dist: Distribution, action: Any) -> dict[str, Tensor]:
+    """Per-part diagnostics of a multi-part policy
+    (:class:`~rlkit.modules.composite.MultiPartDistribution`: MultiDiscrete, MultiBinary, Dict
+    actions): ``entropy_<part>`` and ``log_prob_<part>`` (at the stored action), batch means,
+    detached; ``{}`` for any other distribution."""
+    if not hasattr(dist, "entropy_parts"):
+        return {}
+    with torch.no_grad():
+        out = {f"entropy_{k}": v.mean() for k, v in dist.entropy_parts().items()}
+        out.update({f"log_prob_{k}": v.mean() for k, v in dist.log_prob_parts(action).items()})
+    return out
+
+
 def distribution_entropy(dist: Distribution, *, num_samples: int = 1) -> Tensor:
     r"""Per-sample entropy :math:`H[\pi(\cdot|s)]`, shape ``dist.batch_shape``.
 
@@ -576,6 +590,7 @@ class ActorCriticLoss(LossBase):
         out[EXPLAINED_VARIANCE] = explained_variance(value, target)
         out[VALUE_MEAN] = value.detach().mean()
         out.update(self._entropy_terms(dist))
+        out.update(part_metrics(dist, action))
         out[ADVANTAGE_MEAN] = advantage.mean()
         out[ADVANTAGE_STD] = advantage.std(correction=0)
         self._note_terms(out)

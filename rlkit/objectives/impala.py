@@ -21,6 +21,7 @@ from rlkit.objectives.common import (
     VALUE_MEAN,
     WRITTEN_BY_BEHAVIOUR_ACTOR,
     ActorCriticLoss,
+    part_metrics,
     per_sample_log_prob,
     positive,
     require_keys,
@@ -277,6 +278,7 @@ class IMPALALoss(ActorCriticLoss):
             out[RHO_MEAN] = rho.mean()
             out[RHO_CLIPPED_FRACTION] = (rho > self.rho_clip).float().mean()
             out[ENTROPY] = entropy.detach().mean()
+            out.update(part_metrics(dist, tensordict.get(self.tensor_keys.action)))
             out[EXPLAINED_VARIANCE] = explained_variance(value, vt["value_target"])
             out[VALUE_MEAN] = value.detach().mean()
             out[ADVANTAGE_MEAN] = vt["advantage"].mean()

@@ -454,12 +454,18 @@ class IntrinsicLoss(LossBase):
 
 
 # --------------------------------------------------------------------------- builder
-def _spaces(env) -> tuple[torch.Size, int, bool]:
-    """Observation shape, action size and whether actions are discrete, from env specs."""
+def _spaces(env, name: str = "icm") -> tuple[torch.Size, int, bool]:
+    """Observation shape, action size and whether actions are discrete, from env specs
+    (RND reads no action: ``(shape, 0, False)``, whatever the action space)."""
     from torchrl.data import Categorical, OneHot
 
     batch = len(env.batch_size)
     obs_shape = env.observation_spec[keys.OBSERVATION].shape[batch:]
+    if name == "rnd":
+        return obs_shape, 0, False
+    from rlkit.modules.composite import refuse_structured
+
+    refuse_structured(env, "icm (its inverse and forward models take Discrete or Box actions)")
     spec = env.action_spec
     if isinstance(spec, Categorical):
         return obs_shape, int(spec.space.n), True
@@ -480,7 +486,7 @@ def make_intrinsic(name: str, env, **kwargs) -> IntrinsicReward:
     layers of 64, ReLU; RND keeps a random quarter of each minibatch for its predictor.
     ``encoder`` (RND only): an image encoder of
     :func:`~rlkit.modules.networks.make_encoder` for its target, predictor and critic."""
-    obs_shape, action_dim, discrete = _spaces(env)
+    obs_shape, action_dim, discrete = _spaces(env, name)
     encoder = kwargs.get("encoder", "mlp")
     if encoder != "mlp":
         if name != "rnd":

@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from torch import nn
 
 from rlkit import keys
@@ -136,6 +136,15 @@ class _MemberRNG:
         torch.set_rng_state(self._outer)
 
 
+def _leaves(part: dict) -> list[torch.Tensor]:
+    """A member's outputs as tensors (a Dict action's TensorDict gives its parts)."""
+    return [
+        x
+        for v in part.values()
+        for x in (v.values(True, True) if is_tensor_collection(v) else (v,))
+    ]
+
+
 class PopulationPolicy(nn.Module):
     """The collection policy of a population: member ``i``'s actor on rows ``[i N, (i+1) N)``,
     sampling from the member's own random stream.
@@ -193,7 +202,7 @@ class PopulationPolicy(nn.Module):
                         out = direct.actor_sample(actor, rows)
                         if out is None:
                             out = actor(rows.select(*self.in_keys))
-                            out = out.select(*self.out_keys).to_dict()
+                            out = dict(out.select(*self.out_keys).items())  # a Dict action: a TD
                 except (ValueError, RuntimeError) as err:  # a distribution refusing NaN
                     self._diverged(i, f"its policy failed ({_first_line(err)})")
                     out = None
@@ -213,7 +222,7 @@ class PopulationPolicy(nn.Module):
         blocks = [i for i, p in enumerate(parts) if p is not None]
         flags = []
         for i in blocks:
-            floats = [v for v in parts[i].values() if v.is_floating_point()]
+            floats = [v for v in _leaves(parts[i]) if v.is_floating_point()]
             if floats:
                 flags.append(torch.stack([torch.isfinite(v).all() for v in floats]).all())
         if not flags or len(flags) != len(blocks):  # outputs without a float: nothing to check
@@ -222,7 +231,11 @@ class PopulationPolicy(nn.Module):
             if not ok:
                 part = parts[i]
                 bad = next(
-                    k for k, v in part.items() if v.is_floating_point() and not v.isfinite().all()
+                    k
+                    for k, v in part.items()
+                    if any(
+                        x.is_floating_point() and not x.isfinite().all() for x in _leaves({k: v})
+                    )
                 )
                 self._diverged(i, f"non-finite {bad} of its policy")
                 parts[i] = None
