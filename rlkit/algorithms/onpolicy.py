@@ -404,7 +404,11 @@ class PolicyGradientLearner(Learner):
             self.lr_schedule.observe_kl(float(kl))
         self.lr_schedule.step()
         if self.obs_norm is not None:
-            self.obs_norm.update(ctx.all_gather(batch.get(keys.OBSERVATION)))
+            per_entry = getattr(self.obs_norm, "update_from", None)  # a Dict observation's
+            if per_entry is not None:
+                per_entry(batch, ctx.all_gather)
+            else:
+                self.obs_norm.update(ctx.all_gather(batch.get(keys.OBSERVATION)))
 
 
 def check_schedules(loss: nn.Module, schedules_: Mapping[str, tuple[float, float]]) -> None:
@@ -437,6 +441,7 @@ def build_actor_critic(
         actor_hidden=cfg.actor_layers,
         critic_hidden=cfg.critic_layers,
         init=getattr(cfg, "init", "orthogonal"),
+        obs_keys=cfg.obs_keys,
     )
 
 
