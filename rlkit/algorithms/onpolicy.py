@@ -28,6 +28,7 @@ from rlkit.algorithms._settings import config_lr_schedule, config_optimizer
 from rlkit.configs.onpolicy import OnPolicyConfig, PolicyGradientConfig
 from rlkit.data.minibatch import minibatch_indices
 from rlkit.modules.builders import actor_critic_networks
+from rlkit.modules.dictobs import PackedObsView, obs_entries, pack_entries, resolve_obs_keys
 from rlkit.objectives.functional import explained_variance
 from rlkit.objectives.intrinsic import IntrinsicReward, make_intrinsic
 from rlkit.training import schedules
@@ -133,6 +134,9 @@ class PolicyGradientLearner(Learner):
     # ---------------------------------------------------------------- intrinsic reward
     #: the attached intrinsic reward (:meth:`attach_intrinsic`), or None
     intrinsic: IntrinsicReward | None = None
+    #: a Dict observation's entries the intrinsic reward reads, packed into one vector under
+    #: ``keys.OBSERVATION`` / ``keys.NEXT_OBSERVATION`` (``rlkit.modules.dictobs.pack_entries``)
+    intrinsic_entries: list | None = None
 
     def attach_intrinsic(
         self,
@@ -213,6 +217,10 @@ class PolicyGradientLearner(Learner):
         def env_major(x: torch.Tensor) -> torch.Tensor:  # [N, T, ...] (and back)
             return x.transpose(0, 1) if time_first else x
 
+        if self.intrinsic_entries is not None:  # the bonus's networks read one flat vector
+            batch.set(keys.OBSERVATION, pack_entries(batch, self.intrinsic_entries))
+            nxt = pack_entries(batch, self.intrinsic_entries, next_=True)
+            batch.set(keys.NEXT_OBSERVATION, nxt)
         obs = env_major(batch.get(keys.OBSERVATION))
         next_obs = env_major(batch.get(keys.NEXT_OBSERVATION))
         reward = bonus.intrinsic_reward(
@@ -453,7 +461,11 @@ def attach_intrinsic_from_config(learner: PolicyGradientLearner, cfg, env) -> No
     if name == "none":
         return
     image = {}
-    if cfg.encoder != "mlp":  # the bonus's networks take the recipe's encoder
+    entries = resolve_obs_keys(env, cfg.obs_keys)
+    if entries is not None:  # a Dict observation: the chosen entries as one flat vector
+        learner.intrinsic_entries = obs_entries(env, entries)
+        env = PackedObsView(env, learner.intrinsic_entries)
+    elif cfg.encoder != "mlp":  # the bonus's networks take the recipe's encoder
         image = dict(encoder=cfg.encoder, encoder_dim=cfg.feature_dim)
     bonus = make_intrinsic(name, env, gamma_int=cfg.gamma_int, **image)
     learner.attach_intrinsic(

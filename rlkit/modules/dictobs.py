@@ -265,3 +265,50 @@ def entry_norms(env, obs_keys: Sequence[str]) -> EntryNorms | None:
     is none: images and Discrete entries are not standardised)."""
     vectors = normalised_entries([_entry(env, k) for k in obs_keys])
     return EntryNorms(vectors) if vectors else None
+
+
+def pack_entries(td: TensorDictBase, entries: Sequence[ObsEntry], *, next_: bool = False) -> Tensor:
+    """The entries of ``td`` (under ``"next"`` with ``next_``) flattened into one float vector
+    ``[*, sum of sizes]``: uint8 pixels scaled to [0, 1], Discrete entries one-hot. What an
+    intrinsic reward built for one flat observation (RND's target and predictor) reads."""
+    parts = []
+    for e in entries:
+        x = td.get((keys.NEXT, e.key) if next_ else e.key)
+        lead = x.shape[: x.dim() - len(e.shape)]
+        if e.kind == "discrete":
+            x = nn.functional.one_hot(x.long(), int(e.n)).float()
+        elif x.dtype == torch.uint8:
+            x = x.float() / 255.0
+        else:
+            x = x.float()
+        parts.append(x.reshape(*lead, -1))
+    return torch.cat(parts, dim=-1)
+
+
+def packed_width(entries: Sequence[ObsEntry]) -> int:
+    """The width of :func:`pack_entries`."""
+    return sum(
+        int(e.n) if e.kind == "discrete" else int(torch.Size(e.shape).numel()) for e in entries
+    )
+
+
+class PackedObsView:
+    """What :func:`~rlkit.objectives.intrinsic.make_intrinsic` reads of an env (its batch
+    size, action spec and an ``"observation"`` spec), for the packed entries of a Dict
+    observation (:func:`pack_entries`)."""
+
+    def __init__(self, env, entries: Sequence[ObsEntry]) -> None:
+        from torchrl.data import Composite, Unbounded
+
+        self.batch_size = env.batch_size
+        self.action_spec = env.action_spec
+        width = packed_width(entries)
+        self.observation_spec = Composite(
+            {keys.OBSERVATION: Unbounded(shape=(*env.batch_size, width))},
+            shape=env.batch_size,
+        )
+
+
+def obs_entries(env, obs_keys: Sequence[str]) -> list[ObsEntry]:
+    """:class:`ObsEntry` of each of ``env``'s entries ``obs_keys``."""
+    return [_entry(env, k) for k in obs_keys]
