@@ -35,6 +35,7 @@ from rlkit.modules.networks import make_encoder
 from rlkit.modules.normalization import RunningMeanStd
 
 __all__ = [
+    "DICT_OBS_RECIPES",
     "DictObsEncoder",
     "EntryNorms",
     "ObsEntry",
@@ -43,6 +44,10 @@ __all__ = [
     "observation_entries",
     "resolve_obs_keys",
 ]
+
+
+#: The recipes whose networks read a Dict observation (svpg's stacked particles do not).
+DICT_OBS_RECIPES = "ppo, a2c, ppg, impala, appo, daac, rnd, dqn and sac (and population members)"
 
 
 class ObsEntry(NamedTuple):
