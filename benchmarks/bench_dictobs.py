@@ -21,8 +21,9 @@ updates, the run summary's ``fps``), one torch thread. Pairs, run alternately in
   against ``flat``: the same task as one float32 ``[416]`` observation, ``--encoder mlp``.
   The networks are the same size: the ratio is the cost of the Dict observation itself (two
   entries collected, stored and minibatched, the uint8 cast, the concatenation);
-- ``dict_minatar``: the same Dict observation with ``--encoder minatar`` (a 3x3 conv of 16
-  filters, a 128-wide layer: a bigger network, reported for information).
+- ``dict_minatar`` (``--pairs dict flat dict_minatar``): the same Dict observation with
+  ``--encoder minatar`` (a 3x3 conv of 16 filters, a 128-wide layer: a bigger network, for
+  information).
 
 Phase "learn": PPO (defaults, ``--encoder minatar``) and DQN (``--encoder minatar``, 4 envs, one
 64-wide layer, a gradient step per 4 frames, gamma 0.5) on the default task
@@ -66,25 +67,23 @@ def _run(recipe: str, flags: list[str]) -> dict:
 
 
 def fps_phase(args) -> dict:
-    rows: dict[str, list[float]] = {name: [] for name in PAIRS}
+    names = args.pairs
+    rows: dict[str, list[float]] = {name: [] for name in names}
     for r in range(args.repeats):
-        order = list(PAIRS) if r % 2 == 0 else list(reversed(PAIRS))
+        order = list(names) if r % 2 == 0 else list(reversed(names))
         for name in order:
             flags = [*PAIRS[name], "--total-frames", str(args.fps_frames), "--eval-every", "0"]
             flags += ["--eval-episodes", "1", "--checkpoint-every", "0", "--seed", str(r)]
             summary = _run("ppo", flags)
             rows[name].append(summary["fps"])
             print(f"repeat {r} {name}: {summary['fps']:.0f} frames/s", flush=True)
-    ratios = [d / f for d, f in zip(rows["dict"], rows["flat"], strict=True)]
-    minatar = [d / f for d, f in zip(rows["dict_minatar"], rows["flat"], strict=True)]
-    return {
-        "fps": rows,
-        "median_fps": {k: statistics.median(v) for k, v in rows.items()},
-        "ratio_dict_over_flat": ratios,
-        "median_ratio_dict_over_flat": statistics.median(ratios),
-        "ratio_dict_minatar_over_flat": minatar,
-        "median_ratio_dict_minatar_over_flat": statistics.median(minatar),
-    }
+    out: dict = {"fps": rows, "median_fps": {k: statistics.median(v) for k, v in rows.items()}}
+    for name in names:
+        if name != "flat":
+            ratios = [d / f for d, f in zip(rows[name], rows["flat"], strict=True)]
+            out[f"ratio_{name}_over_flat"] = ratios
+            out[f"median_ratio_{name}_over_flat"] = statistics.median(ratios)
+    return out
 
 
 def learn_phase(args) -> dict:
@@ -115,7 +114,8 @@ def learn_phase(args) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--phase", choices=("fps", "learn"), required=True)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--pairs", nargs="+", choices=list(PAIRS), default=["dict", "flat"])
     parser.add_argument("--fps-frames", type=int, default=8192)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--bar", type=float, default=7.5)

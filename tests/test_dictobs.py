@@ -336,3 +336,68 @@ def test_dict_observation_learning_task_scores_as_designed():
         total["both"] += r
         obs = obs_next
     assert total["both"] == 8.0
+
+
+def test_a_recipe_collects_with_rlkits_collector_and_renders_a_video(tmp_path, caplog):
+    """No silent fallback: no "collecting with TorchRL's Collector" line; the evaluation and
+    the video read the entries as the training env writes them."""
+    from tests.test_engine import load_recipe
+
+    run_dir = tmp_path / "run"
+    flags = ["--env", ENV, "--encoder", "minatar", "--num-envs", "2", "--rollout-steps", "32"]
+    flags += ["--minibatch-size", "32", "--total-frames", "128", "--eval-episodes", "2"]
+    flags += ["--video", "true", "--progress", "false", "--run-dir", str(run_dir)]
+    with caplog.at_level("WARNING", logger="rlkit.data.collector"):
+        summary = load_recipe("ppo").main(flags)
+    assert "TorchRL's Collector" not in caplog.text
+    assert summary["frames"] == 128 and 0.0 <= summary["eval_return_mean"] <= 8.0
+    assert (run_dir / "eval.gif").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_worker_processes_collect_a_dict_observation(tmp_path):
+    """impala --workers: each worker process's rlkit collector carries the entries."""
+    from tests.test_engine import load_recipe
+
+    flags = ["--env", ENV, "--encoder", "minatar", "--num-envs", "4", "--workers", "2"]
+    flags += ["--minibatch-size", "32", "--total-frames", "256", "--eval-episodes", "2"]
+    flags += ["--progress", "false", "--run-dir", str(tmp_path / "run")]
+    summary = load_recipe("impala").main(flags)
+    assert summary["frames"] >= 256 and 0.0 <= summary["eval_return_mean"] <= 8.0
+
+
+class MaskedEntries(ThreeEntries):
+    """ThreeEntries with an action mask beside the entries: one random action forbidden."""
+
+    def __init__(self):
+        super().__init__()
+        entries = dict(self.observation_space.spaces)
+        entries["action_mask"] = spaces.Box(0, 1, (3,), np.int8)
+        self.observation_space = spaces.Dict(entries)
+
+    def _obs(self):
+        mask = np.ones(3, np.int8)
+        mask[self.np_random.integers(3)] = 0
+        self._mask = mask
+        return {**super()._obs(), "action_mask": mask}
+
+
+def test_a_mask_beside_the_entries_is_the_mask_not_an_input():
+    from rlkit.algorithms.dqn import q_network
+    from rlkit.data.collector import VectorEnvCollector
+
+    env = make_env(MaskedEntries, num_envs=2, seed=0)
+    assert resolve_obs_keys(env, None) == ["extra", "image", "vector"]
+    torch.manual_seed(0)
+    actor, critic, _ = actor_critic_networks(env, encoder="minatar")
+    assert list(actor.in_keys) == ["extra", "image", "vector", "action_mask"]
+    assert list(critic.in_keys) == ["extra", "image", "vector"]
+    q = q_network(env, hidden=(16,), activation="relu", encoder="minatar")
+    assert list(q.in_keys) == ["extra", "image", "vector", "action_mask"]
+    collector = VectorEnvCollector(env, actor, frames_per_batch=40)
+    batch = next(iter(collector))
+    collector.shutdown()
+    allowed = batch["action_mask"].gather(-1, batch["action"][..., None])
+    assert bool(allowed.all())
+    for key in ("extra", "image", "vector", "action_mask"):
+        assert key in batch and ("next", key) in batch.keys(True)

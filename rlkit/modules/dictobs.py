@@ -171,6 +171,22 @@ class _Vector(nn.Module):
         return x.reshape(*x.shape[: x.dim() - self.ndim], self.out_features)
 
 
+class _FlatPixels(nn.Module):
+    """``--encoder flatten`` for an image entry: its pixels as one vector in the entry's own
+    layout (an MLP follows, so the order does not matter), uint8 scaled to [0, 1] in one
+    pass (``x * (1 / 255)``, not a cast, a division and a channels-first copy)."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        super().__init__()
+        self.ndim, self.out_features = len(shape), int(torch.Size(shape).numel())
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = x.reshape(*x.shape[: x.dim() - self.ndim], self.out_features)
+        if x.dtype == torch.uint8:
+            return x * (1.0 / 255.0)
+        return x if x.is_floating_point() else x.float()
+
+
 class _OneHot(nn.Module):
     def __init__(self, n: int) -> None:
         super().__init__()
@@ -206,7 +222,11 @@ class DictObsEncoder(nn.Module):
                         "--encoder mlp reads vectors: add --encoder nature, impala, minatar "
                         "or flatten (each image entry gets its own)"
                     )
-                parts.append(make_encoder(encoder, e.shape, feature_dim=feature_dim)[0])
+                if encoder == "flatten":
+                    make_encoder(encoder, e.shape, feature_dim=feature_dim)  # its checks
+                    parts.append(_FlatPixels(e.shape))
+                else:
+                    parts.append(make_encoder(encoder, e.shape, feature_dim=feature_dim)[0])
             elif e.kind == "discrete":
                 parts.append(_OneHot(int(e.n)))
             else:
