@@ -48,6 +48,7 @@ def build_daac_networks(cfg: DAACConfig, env) -> DAACNetworks:
         critic_hidden=cfg.critic_layers,
         encoder=cfg.encoder,
         feature_dim=cfg.feature_dim,
+        obs_keys=cfg.obs_keys,
     )
 
 

@@ -7,6 +7,7 @@ in the torch-free :mod:`rlkit.configs.dqn`; the exploration schedule is
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -30,6 +31,7 @@ from rlkit.modules import q_critic_discrete
 from rlkit.modules.builders import check_mlp_observation
 from rlkit.modules.composite import refuse_structured
 from rlkit.modules.critics import action_kind, observation_features
+from rlkit.modules.dictobs import dict_obs_encoder, resolve_obs_keys
 from rlkit.modules.masks import check_mask_spec, mask_key_of
 from rlkit.modules.networks import make_encoder, reinit_
 from rlkit.modules.policies import GreedyQPolicy
@@ -126,6 +128,7 @@ def q_network(
     encoder: str = "mlp",
     feature_dim: int | None = None,
     init: str = "orthogonal",
+    obs_keys: Sequence[str] | None = None,
 ) -> nn.Module:
     """``Q(s, .)``: ``encoder`` (:func:`~rlkit.modules.networks.make_encoder`; ``mlp``: none)
     -> ``hidden`` layers -> one output per action, reading ``keys.OBSERVATION`` and writing
@@ -133,12 +136,19 @@ def q_network(
     and conv layer (SB3's, CleanRL's and MinAtar's DQN) instead of the orthogonal one.
     An env with an action mask (:data:`rlkit.keys.ACTION_MASK`) gives a masked Q network:
     masked actions get the lowest value, so neither the greedy action nor the target's max
-    is ever a masked one (``docs/actions.md``)."""
+    is ever a masked one (``docs/actions.md``). ``obs_keys``: the entries of a Dict
+    observation it reads (:func:`~rlkit.modules.dictobs.resolve_obs_keys`; None: all but the
+    mask), through a :class:`~rlkit.modules.dictobs.DictObsEncoder`."""
     info = action_kind(env.action_spec, batch_shape=tuple(env.batch_size))
     mask_key = mask_key_of(env.observation_spec)
     if mask_key is not None:
         check_mask_spec(env.observation_spec, info.size, len(env.batch_size))
-    if encoder == "mlp":
+    entries = resolve_obs_keys(env, obs_keys)
+    obs_key: Any = keys.OBSERVATION
+    if entries is not None:
+        backbone = dict_obs_encoder(env, entries, encoder=encoder, feature_dim=feature_dim)
+        width, obs_key = backbone.out_features, list(entries)
+    elif encoder == "mlp":
         check_mlp_observation(env, feature_dim)  # images or --feature-dim: the error naming the fix
         width, backbone = observation_features(env.observation_spec), None
     else:
@@ -151,6 +161,7 @@ def q_network(
         activation=activation,
         backbone=backbone,
         mask_key=mask_key,
+        obs_key=obs_key,
     )
     return reinit_(q, init)
 
@@ -180,6 +191,7 @@ def build(cfg: DQNConfig, env, *, loss_cls=None) -> DQNLearner:
         encoder=cfg.encoder,
         feature_dim=cfg.feature_dim,
         init=cfg.init,
+        obs_keys=cfg.obs_keys,
     )
     loss = make_part(
         loss_cls,
@@ -203,7 +215,7 @@ def build(cfg: DQNConfig, env, *, loss_cls=None) -> DQNLearner:
         total_frames=cfg.total_frames,
         max_grad_norm=cfg.max_grad_norm,
         priority_weights=priority_weights(cfg),
-        **offpolicy_settings(cfg),
+        **offpolicy_settings(cfg, env),
     )
 
 

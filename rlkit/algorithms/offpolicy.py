@@ -45,7 +45,7 @@ dropped. No algorithm maths lives here: :class:`~rlkit.objectives.DQNLoss` and
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -58,6 +58,7 @@ from rlkit.configs.offpolicy import OffPolicyConfig
 from rlkit.data.frames import FORMAT as FRAME_REPLAY_FORMAT
 from rlkit.data.frames import FrameReplay
 from rlkit.data.replay import MASK_KEYS, NSTEP_READ, STORED, Replay
+from rlkit.modules.dictobs import observation_entries, resolve_obs_keys
 from rlkit.modules.policies import EpsilonExploration
 from rlkit.objectives.dqn import TD_ERROR, nstep_transitions
 from rlkit.training import schedules
@@ -129,8 +130,12 @@ class OffPolicyLearner(Learner):
         reward_scale: float = 1.0,
         save_buffer: bool = True,
         lr_schedule: LRSchedule | None = None,
+        obs_entries: Sequence[str] | None = None,
     ) -> None:
         self.algo = algo
+        #: a Dict observation's entries, each stored in the replay with its next entry (None:
+        #: the single "observation")
+        self.obs_entries = None if obs_entries is None else list(obs_entries)
         self.num_envs, self.steps_per_batch = num_envs, steps_per_batch
         self.batch_size, self.buffer_size = batch_size, buffer_size
         self.learning_starts, self.warmup_with_policy = learning_starts, warmup_with_policy
@@ -164,6 +169,11 @@ class OffPolicyLearner(Learner):
         self.gradient_steps = 0
         self.nstep_tail: TensorDictBase | None = None  # [N, < n] steps awaiting their window
         self._check_frame_replay()
+        if self.obs_entries is not None and frame_replay == "true":
+            raise ValueError(
+                "--frame-replay true stores one image observation's frames once; this env's "
+                f"observation is a Dict ({', '.join(self.obs_entries)}): drop --frame-replay"
+            )
 
     # ---------------------------------------------------------------- Learner interface
     def modules(self) -> dict[str, nn.Module]:
@@ -286,6 +296,8 @@ class OffPolicyLearner(Learner):
             return pending.get("format") == FRAME_REPLAY_FORMAT
         if mode != "auto" or batch is None:
             return mode == "true"
+        if self.obs_entries is not None:  # a Dict observation: every entry stored as it is
+            return False
         obs = batch.get(keys.OBSERVATION)
         image = obs.dtype == torch.uint8 and obs.dim() - batch.batch_dims >= 2
         return image and not self.prioritized
@@ -301,15 +313,24 @@ class OffPolicyLearner(Learner):
         """
         n = self.n_steps
         masks = [k for k in MASK_KEYS if batch.get(k, None) is not None]
+        stored, read, entries = STORED, NSTEP_READ, self.obs_entries
+        if entries is not None:  # a Dict observation: every entry and its next entry
+            both = [*entries, *((keys.NEXT, k) for k in entries)]
+            stored = (*(k for k in STORED if k not in _OBS_PAIR), *both)
+            read = (*(k for k in NSTEP_READ if k not in _OBS_PAIR), *both)
         if n == 1:
-            return batch.select(*STORED, *masks).reshape(-1)
-        steps = batch.select(*NSTEP_READ, *masks)
+            return batch.select(*stored, *masks).reshape(-1)
+        steps = batch.select(*read, *masks)
         tail = self.nstep_tail
         if tail is not None and tail.shape[0] == steps.shape[0]:
-            steps = torch.cat([_cut_broken_streams(tail.to(steps.device), steps), steps], dim=1)
+            tail = _cut_broken_streams(tail.to(steps.device), steps, entries)
+            steps = torch.cat([tail, steps], dim=1)
         ready = max(0, steps.shape[1] - n + 1)
         self.nstep_tail = steps[:, ready:].clone()
-        out = nstep_transitions(steps, n=n, gamma=self.gamma)
+        if entries is None:
+            out = nstep_transitions(steps, n=n, gamma=self.gamma)
+        else:
+            out = _nstep_entries(steps, entries, n=n, gamma=self.gamma)
         return out.reshape(steps.shape)[:, :ready].reshape(steps.shape[0] * ready)
 
     def prepare(self, sample: TensorDictBase) -> TensorDictBase:
@@ -394,13 +415,18 @@ def offpolicy_collector(env, learner: Learner, device, *, seed: int | None = Non
     )
 
 
-def offpolicy_settings(cfg: OffPolicyConfig) -> dict[str, Any]:
+def offpolicy_settings(cfg: OffPolicyConfig, env=None) -> dict[str, Any]:
     """:class:`OffPolicyLearner`'s keyword arguments from a config, but the networks,
     optimisers and policies: the replay, warm-up, update-to-data ratio, reward transform,
-    ``--save-buffer`` and the ``--lr-schedule``."""
+    ``--save-buffer`` and the ``--lr-schedule``; with ``env``, a Dict observation's entries
+    (``obs_entries``: all of them are stored in the replay)."""
     from rlkit.envs.suites import suite_of
 
+    entries = None
+    if env is not None and resolve_obs_keys(env, None) is not None:
+        entries = observation_entries(env)
     return dict(
+        obs_entries=entries,
         num_envs=cfg.num_envs,
         steps_per_batch=cfg.steps_per_batch,
         batch_size=cfg.batch_size,
@@ -457,16 +483,45 @@ def _check_priority_weights(wanted: str | None, loss: nn.Module) -> None:
         )
 
 
-def _cut_broken_streams(tail: TensorDictBase, steps: TensorDictBase) -> TensorDictBase:
+_OBS_PAIR = (keys.OBSERVATION, keys.NEXT_OBSERVATION)
+
+
+def _nstep_entries(
+    steps: TensorDictBase, entries: Sequence[str], *, n: int, gamma: float
+) -> TensorDictBase:
+    """:func:`~rlkit.objectives.dqn.nstep_transitions` of a Dict observation's steps
+    ``[N, T]``: the windows are built on each step's flat index standing in for the
+    observation, then every entry is read at the window's first step and every next entry at
+    the step it bootstraps from."""
+    both = [*entries, *((keys.NEXT, k) for k in entries)]
+    index = torch.arange(steps.numel(), device=steps.device).reshape(steps.shape)
+    proxy = steps.exclude(*both)
+    proxy.set(keys.OBSERVATION, index)
+    proxy.set(keys.NEXT_OBSERVATION, index)
+    out = nstep_transitions(proxy, n=n, gamma=gamma)
+    first, last = out.get(keys.OBSERVATION), out.get(keys.NEXT_OBSERVATION)
+    flat = steps.reshape(-1)
+    out = out.exclude(*_OBS_PAIR)
+    for k in entries:
+        out.set(k, flat.get(k)[first])
+        out.set((keys.NEXT, k), flat.get((keys.NEXT, k))[last])
+    return out
+
+
+def _cut_broken_streams(
+    tail: TensorDictBase, steps: TensorDictBase, entries: Sequence[str] | None = None
+) -> TensorDictBase:
     """``tail`` with its last step marked done (a truncation: terminated stays as it was)
     in every env whose stream ``steps`` does not continue, i.e. whose first observation is not
     the tail's last next observation. A resumed run's envs start from a reset, so without
     this the saved tail's n-step windows would run on into another episode's rewards; cut,
     they end at the tail and bootstrap from its true next observation. A continuing stream
     (every batch of one run) is returned as it is."""
-    last_next = tail.get(keys.NEXT_OBSERVATION)[:, -1]
-    first = steps.get(keys.OBSERVATION)[:, 0]
-    broken = (last_next != first).reshape(first.shape[0], -1).any(-1)
+    broken = torch.zeros(steps.shape[0], dtype=torch.bool, device=steps.device)
+    for key in entries or [keys.OBSERVATION]:  # a Dict observation: any entry differs
+        last_next = tail.get((keys.NEXT, key))[:, -1]
+        first = steps.get(key)[:, 0]
+        broken |= (last_next != first).reshape(first.shape[0], -1).any(-1)
     if not broken.any():
         return tail
     tail = tail.clone()

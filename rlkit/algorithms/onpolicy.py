@@ -29,6 +29,7 @@ from rlkit.algorithms.memory import Memory
 from rlkit.configs.onpolicy import MEMORY_RECIPES, OnPolicyConfig, PolicyGradientConfig
 from rlkit.data.minibatch import minibatch_indices
 from rlkit.modules.builders import actor_critic_networks, gaussian_kwargs
+from rlkit.modules.dictobs import PackedObsView, obs_entries, pack_entries, resolve_obs_keys
 from rlkit.modules.recurrent import recurrent_actor_critic
 from rlkit.objectives.functional import explained_variance
 from rlkit.objectives.intrinsic import IntrinsicReward, make_intrinsic
@@ -141,6 +142,9 @@ class PolicyGradientLearner(Learner):
     # ---------------------------------------------------------------- intrinsic reward
     #: the attached intrinsic reward (:meth:`attach_intrinsic`), or None
     intrinsic: IntrinsicReward | None = None
+    #: a Dict observation's entries the intrinsic reward reads, packed into one vector under
+    #: ``keys.OBSERVATION`` / ``keys.NEXT_OBSERVATION`` (``rlkit.modules.dictobs.pack_entries``)
+    intrinsic_entries: list | None = None
 
     def attach_intrinsic(
         self,
@@ -221,6 +225,10 @@ class PolicyGradientLearner(Learner):
         def env_major(x: torch.Tensor) -> torch.Tensor:  # [N, T, ...] (and back)
             return x.transpose(0, 1) if time_first else x
 
+        if self.intrinsic_entries is not None:  # the bonus's networks read one flat vector
+            batch.set(keys.OBSERVATION, pack_entries(batch, self.intrinsic_entries))
+            nxt = pack_entries(batch, self.intrinsic_entries, next_=True)
+            batch.set(keys.NEXT_OBSERVATION, nxt)
         obs = env_major(batch.get(keys.OBSERVATION))
         next_obs = env_major(batch.get(keys.NEXT_OBSERVATION))
         reward = bonus.intrinsic_reward(
@@ -421,7 +429,11 @@ class PolicyGradientLearner(Learner):
             self.lr_schedule.observe_kl(float(kl))
         self.lr_schedule.step()
         if self.obs_norm is not None:
-            self.obs_norm.update(ctx.all_gather(batch.get(keys.OBSERVATION)))
+            per_entry = getattr(self.obs_norm, "update_from", None)  # a Dict observation's
+            if per_entry is not None:
+                per_entry(batch, ctx.all_gather)
+            else:
+                self.obs_norm.update(ctx.all_gather(batch.get(keys.OBSERVATION)))
 
 
 def check_schedules(loss: nn.Module, schedules_: Mapping[str, tuple[float, float]]) -> None:
@@ -469,6 +481,7 @@ def build_actor_critic(
         actor_hidden=cfg.actor_layers,
         critic_hidden=cfg.critic_layers,
         init=getattr(cfg, "init", "orthogonal"),
+        obs_keys=cfg.obs_keys,
     )
 
 
@@ -480,7 +493,11 @@ def attach_intrinsic_from_config(learner: PolicyGradientLearner, cfg, env) -> No
     if name == "none":
         return
     image = {}
-    if cfg.encoder != "mlp":  # the bonus's networks take the recipe's encoder
+    entries = resolve_obs_keys(env, cfg.obs_keys)
+    if entries is not None:  # a Dict observation: the chosen entries as one flat vector
+        learner.intrinsic_entries = obs_entries(env, entries)
+        env = PackedObsView(env, learner.intrinsic_entries)
+    elif cfg.encoder != "mlp":  # the bonus's networks take the recipe's encoder
         image = dict(encoder=cfg.encoder, encoder_dim=cfg.feature_dim)
     bonus = make_intrinsic(name, env, gamma_int=cfg.gamma_int, **image)
     learner.attach_intrinsic(

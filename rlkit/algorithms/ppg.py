@@ -285,9 +285,12 @@ class PPGLearner(PolicyGradientLearner):
         actions). A longer batch of ``--min-episodes`` (``[N, k T]``) is stored as ``k N``
         rollouts of ``T = --rollout-steps`` steps, so that every stored batch has rollouts of
         one length."""
+        # what the networks read: "observation", or a Dict observation's chosen entries
+        nets = (self.actor, self.critic, self.aux_critic)
+        read = dict.fromkeys(k for net in nets for k in net.in_keys if k != keys.ACTION_MASK)
         stored = TensorDict(
             {
-                keys.OBSERVATION: batch.get(keys.OBSERVATION).clone(),
+                **{k: batch.get(k).clone() for k in read},
                 keys.VALUE_TARGET: batch.get(keys.VALUE_TARGET).clone(),
             },
             batch_size=batch.batch_size[:2],
@@ -359,6 +362,7 @@ def build_ppg_networks(cfg: PPGConfig, env) -> PPGNetworks:
         bounded_mean=cfg.bounded_mean,
         actor_hidden=cfg.actor_layers,
         critic_hidden=cfg.critic_hidden,
+        obs_keys=cfg.obs_keys,
     )
 
 

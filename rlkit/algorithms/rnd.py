@@ -40,6 +40,7 @@ from rlkit.algorithms.onpolicy import (
 )
 from rlkit.configs import rnd as _config
 from rlkit.configs.rnd import PRESETS, RNDConfig
+from rlkit.modules.dictobs import PackedObsView, obs_entries, resolve_obs_keys
 from rlkit.objectives import PPOLoss
 from rlkit.objectives.intrinsic import RNDReward, make_intrinsic
 from rlkit.training import parse_config, run
@@ -55,7 +56,10 @@ def build_bonus(cfg: RNDConfig, env) -> RNDReward:
     recipe's (``--critic-hidden``, else ``--hidden``). With an image ``--encoder`` the
     target, the predictor and the intrinsic critic each get their own (``--feature-dim``)."""
     image = {}
-    if cfg.encoder != "mlp":
+    entries = resolve_obs_keys(env, cfg.obs_keys)
+    if entries is not None:  # a Dict observation: the chosen entries as one flat vector
+        env = PackedObsView(env, obs_entries(env, entries))
+    elif cfg.encoder != "mlp":
         image = dict(encoder=cfg.encoder, encoder_dim=cfg.feature_dim)
     return make_intrinsic(
         "rnd",
@@ -110,6 +114,9 @@ def build(cfg: RNDConfig, env, *, loss_cls=None, estimator_cls=None) -> PolicyGr
         **policy_gradient_settings(cfg, cfg.loss_schedules),
     )
     bonus = build_bonus(cfg, env)
+    entries = resolve_obs_keys(env, cfg.obs_keys)
+    if entries is not None:
+        learner.intrinsic_entries = obs_entries(env, entries)
     learner.attach_intrinsic(
         bonus,
         int_coef=cfg.int_coef,

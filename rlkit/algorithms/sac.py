@@ -7,6 +7,7 @@ in the torch-free :mod:`rlkit.configs.sac`.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -29,6 +30,7 @@ from rlkit.modules import make_actor, q_critic_continuous, q_critic_discrete
 from rlkit.modules.builders import check_mlp_observation, image_obs_shape
 from rlkit.modules.composite import refuse_structured
 from rlkit.modules.critics import action_kind, make_q, observation_features
+from rlkit.modules.dictobs import dict_obs_encoder, resolve_obs_keys
 from rlkit.modules.networks import make_encoder
 from rlkit.modules.policies import TanhActorPolicy
 from rlkit.objectives import DiscreteSACLoss, SACLoss
@@ -167,13 +169,32 @@ def sac_networks(
     activation: str,
     encoder: str = "mlp",
     feature_dim: int | None = None,
+    obs_keys: Sequence[str] | None = None,
 ) -> tuple[nn.Module, nn.Module, nn.Module]:
     """``(actor, q1, q2)``: a tanh-Gaussian actor and twin ``Q(s, a)`` critics for continuous
     actions, a categorical actor and twin ``Q(s, .)`` critics for discrete ones. ``encoder``
     (:func:`~rlkit.modules.networks.make_encoder`): ``mlp``, or for discrete actions an image
-    encoder that each of the three networks gets its own of, before its ``hidden`` layers."""
+    encoder that each of the three networks gets its own of, before its ``hidden`` layers.
+    ``obs_keys``: a Dict observation's entries (None: all but the mask), each network through
+    its own :class:`~rlkit.modules.dictobs.DictObsEncoder`."""
     info = action_kind(env.action_spec, batch_shape=tuple(env.batch_size))
     net = dict(hidden=hidden, activation=activation)
+    entries = resolve_obs_keys(env, obs_keys)
+    if entries is not None:
+
+        def entry_features() -> dict:
+            enc = dict_obs_encoder(env, entries, encoder=encoder, feature_dim=feature_dim)
+            return dict(backbone=enc, in_features=enc.out_features, obs_key=list(entries))
+
+        tanh = info.kind == "continuous"
+        actor = make_actor(
+            env.observation_spec, env.action_spec, tanh=tanh, **entry_features(), **net
+        )
+        q1, q2 = (
+            make_q(env.observation_spec, env.action_spec, **entry_features(), **net)
+            for _ in range(2)
+        )
+        return actor, q1, q2
     if encoder != "mlp":
         if info.kind == "continuous":
             raise ValueError(
@@ -223,6 +244,7 @@ def build(cfg: SACConfig, env, *, loss_cls=None) -> SACLearner:
         activation=cfg.activation,
         encoder=cfg.encoder,
         feature_dim=cfg.feature_dim,
+        obs_keys=cfg.obs_keys,
     )
     loss_class = SACLoss if info.kind == "continuous" else DiscreteSACLoss
     loss = make_part(
@@ -252,7 +274,7 @@ def build(cfg: SACConfig, env, *, loss_cls=None) -> SACLearner:
         policy_delay=cfg.policy_delay,
         max_grad_norm=cfg.max_grad_norm,
         priority_weights=priority_weights(cfg),
-        **offpolicy_settings(cfg),
+        **offpolicy_settings(cfg, env),
     )
 
 

@@ -187,6 +187,15 @@ class TrainConfig:
             "depend on it"
         ),
     )
+    obs_keys: tuple[str, ...] | None = field(
+        default=None,
+        metadata=_help(
+            "the entries of a Dict observation the networks read, e.g. --obs-keys image "
+            "vector: vectors concatenated, each image through its own --encoder, each entry "
+            "normalised on its own with --normalize-obs (docs/actions.md, 'Dict "
+            "observations'); none: every entry but action_mask"
+        ),
+    )
     total_frames: int = field(
         default=100_000, metadata=_help("environment frames to train for, over all ranks")
     )
@@ -370,6 +379,7 @@ class TrainConfig:
         _check_env_module(self.env)
         _check_env_module(self.eval_env)
         _check_truncation_setting(self)
+        _check_obs_keys(self.obs_keys)
         _non_negative(self, "eval_every", "checkpoint_every", "seed", "video_every")
         if self.target_return is not None and not math.isfinite(self.target_return):
             raise ValueError(
@@ -414,6 +424,18 @@ class TrainConfig:
                 "--eval-only runs in one process: drop --devices / --num-nodes (the "
                 "evaluation is seeded, more ranks would play the same episodes)"
             )
+
+
+def _check_obs_keys(obs_keys: tuple[str, ...] | None) -> None:
+    """``--obs-keys``: names, each once (the env's entries are checked when the networks are
+    built, which lists them)."""
+    if obs_keys is None:
+        return
+    if not obs_keys or any(not k for k in obs_keys):
+        raise ValueError("--obs-keys needs one or more entry names, e.g. --obs-keys image vector")
+    twice = sorted({k for k in obs_keys if obs_keys.count(k) > 1})
+    if twice:
+        raise ValueError(f"--obs-keys names {', '.join(map(repr, twice))} twice: name each once")
 
 
 def _check_env_module(env: str | None) -> None:

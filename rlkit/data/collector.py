@@ -128,13 +128,19 @@ class _EnvParts:
     #: a Dict observation {"observation", "action_mask"}: the mask's spec and numpy dtype
     mask_spec: Any = None
     mask_dtype: np.dtype | None = None
+    #: a Dict observation of other entries (None: the single "observation"): their keys, in
+    #: the spec's order, specs, numpy dtypes, and those DoubleToFloat casts
+    entries: list[str] | None = None
+    entry_specs: dict[str, Any] | None = None
+    entry_dtypes: dict[str, np.dtype] | None = None
+    double_entries: tuple[str, ...] = ()
 
 
 @dataclass
 class _State:
     """What carries over from one step (and one batch) to the next, per sub-env."""
 
-    obs: Tensor  # [N, *O], after the transforms (what the policy reads)
+    obs: Tensor | dict[str, Tensor]  # [N, *O] after the transforms (a Dict's: per entry)
     episode_return: np.ndarray | None  # [N] float32
     step_count: np.ndarray | None  # [N] int64
     traj_ids: np.ndarray  # [N] int64
@@ -192,16 +198,36 @@ def _base_parts(env: EnvBase) -> _EnvParts:
     if tuple(env.batch_size) != (venv.num_envs,):
         raise _unsupported(f"an env of batch size {tuple(env.batch_size)}")
     obs_keys = list(base.observation_spec.keys(True, True))
-    masked = sorted(obs_keys) == sorted([keys.OBSERVATION, keys.ACTION_MASK])
+    masked = keys.ACTION_MASK in obs_keys
+    entries = [k for k in obs_keys if k != keys.ACTION_MASK]
+    # a Dict observation's entries, each a flat key (make_env writes them so)
+    flat = bool(entries) and all(isinstance(k, str) for k in entries)
     # a Dict / Tuple action: one TensorDict of parts under "action" (make_env's wrapper)
     structured = getattr(base, "_structured", None) is not None
     action_keys = [keys.ACTION] if structured else base.action_keys
-    if not (obs_keys == [keys.OBSERVATION] or masked) or action_keys != [keys.ACTION]:
+    if not flat or action_keys != [keys.ACTION]:
         raise _unsupported(f"observation keys {obs_keys} / action keys {base.action_keys}")
     if base.reward_keys != [_REWARD] or set(base.done_keys) != set(_DONE_NAMES):
         raise _unsupported(f"reward keys {base.reward_keys} / done keys {base.done_keys}")
-    obs_spec = base.observation_spec[keys.OBSERVATION]
     mask_spec = base.observation_spec[keys.ACTION_MASK] if masked else None
+    if entries != [keys.OBSERVATION]:
+        specs = {k: base.observation_spec[k] for k in entries}
+        return _EnvParts(
+            venv=venv,
+            num_envs=venv.num_envs,
+            obs_spec=None,
+            reward_spec=base.reward_spec,
+            action_spec=base.action_spec,
+            obs_dtype=np.dtype(np.float32),  # unused: each entry has its own
+            reward_dtype=_numpy_dtype(base.reward_spec.dtype),
+            copy_obs=not getattr(venv, "copy", True),
+            mask_spec=mask_spec,
+            mask_dtype=None if mask_spec is None else _numpy_dtype(mask_spec.dtype),
+            entries=entries,
+            entry_specs=specs,
+            entry_dtypes={k: _numpy_dtype(v.dtype) for k, v in specs.items()},
+        )
+    obs_spec = base.observation_spec[keys.OBSERVATION]
     return _EnvParts(
         venv=venv,
         num_envs=venv.num_envs,
@@ -231,13 +257,16 @@ def _transform_list(env: TransformedEnv) -> list[nn.Module]:
     return list(children) if children is not None else [transform]
 
 
-def _check_transform(t: nn.Module) -> None:
-    """Raise unless ``t`` is configured exactly as ``make_env`` configures it."""
+def _check_transform(t: nn.Module, entries: list[str] | None = None) -> None:
+    """Raise unless ``t`` is configured exactly as ``make_env`` configures it (``entries``:
+    a Dict observation's, of which DoubleToFloat casts some)."""
     ok = True
     if isinstance(t, DoubleToFloat):
-        ok = list(t.in_keys) == list(t.out_keys) == [keys.OBSERVATION] and not t.in_keys_inv
+        cast = [keys.OBSERVATION] if entries is None else list(t.in_keys)
+        ok = list(t.in_keys) == list(t.out_keys) == cast and not t.in_keys_inv
+        ok = ok and all(k in (entries or [keys.OBSERVATION]) for k in cast)
     elif isinstance(t, ObservationNorm):
-        ok = t.key == keys.OBSERVATION
+        ok = t.key == keys.OBSERVATION and entries is None
     elif isinstance(t, RewardSum):
         ok = list(t.in_keys) == [_REWARD] and list(t.out_keys) == [keys.EPISODE_RETURN_NAME]
     elif isinstance(t, StepCounter):
@@ -260,9 +289,11 @@ def _parse_env(env: EnvBase) -> _EnvParts:
                 f"{', '.join(c.__name__ for c in _TRANSFORM_ORDER)})"
             )
         position = _TRANSFORM_ORDER.index(kind) + 1
-        _check_transform(t)
+        _check_transform(t, parts.entries)
         if kind is DoubleToFloat:
             parts.double_to_float = True
+            if parts.entries is not None:
+                parts.double_entries = tuple(t.in_keys)
         elif kind is ObservationNorm:
             parts.obs_norm = t
         elif kind is RewardSum:
@@ -359,12 +390,16 @@ class _CheckedVenv:
         return out
 
     def _check_obs(self, call: str, obs: Any) -> None:
-        """A float observation (a Dict observation's ``"observation"`` entry, with a mask
-        beside it) must be finite."""
+        """A float observation (each float entry of a Dict observation) must be finite."""
         if isinstance(obs, dict):
-            obs = obs.get(keys.OBSERVATION)
+            for key in self._parts.entries or [keys.OBSERVATION]:
+                self._check_entry(call, key, obs.get(key))
+        else:
+            self._check_entry(call, keys.OBSERVATION, obs)
+
+    def _check_entry(self, call: str, key: str, obs: Any) -> None:
         if isinstance(obs, np.ndarray) and obs.dtype.kind == "f" and not np.isfinite(obs).all():
-            raise _non_finite(self._parts, call, keys.OBSERVATION, obs)
+            raise _non_finite(self._parts, call, key, obs)
 
 
 # --------------------------------------------------------------------------- collector
@@ -458,8 +493,9 @@ class VectorEnvCollector:
         except Exception as err:
             raise _env_fault(self._parts, "reset", err) from err
         first = self._state.obs
-        if first.is_floating_point() and not bool(torch.isfinite(first).all()):
-            raise _non_finite(self._parts, "reset", keys.OBSERVATION, first.numpy())
+        for key, x in first.items() if isinstance(first, dict) else [(keys.OBSERVATION, first)]:
+            if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+                raise _non_finite(self._parts, "reset", key, x.numpy())
         self._out_keys = self._probe_policy()
         # a policy whose direct path writes exactly the keys the probe saw may take it
         direct_keys = sampled_keys(self.policy) if isinstance(self.policy, nn.Module) else None
@@ -497,8 +533,12 @@ class VectorEnvCollector:
         """A recurrent policy's inputs beyond the env's: ``is_init`` and its state keys."""
         return [keys.IS_INIT, *self._carried] if self._carried else []
 
+    def _obs_keys(self) -> list[str]:
+        """``["observation"]``, or a Dict observation's entries (the mask aside)."""
+        return self._parts.entries or [keys.OBSERVATION]
+
     def _root_keys(self) -> list[str]:
-        names = [keys.OBSERVATION, *_DONE_NAMES]
+        names = [*self._obs_keys(), *_DONE_NAMES]
         if self._parts.mask_spec is not None:
             names.append(keys.ACTION_MASK)
         if self._parts.track_return:
@@ -530,7 +570,7 @@ class VectorEnvCollector:
         n, p = self._parts.num_envs, self._parts
         ret = td.get(keys.EPISODE_RETURN_NAME).reshape(n).numpy() if p.track_return else None
         steps = td.get(keys.STEP_COUNT_NAME).reshape(n).numpy() if p.track_steps else None
-        obs = td.get(keys.OBSERVATION)
+        obs = td.get(keys.OBSERVATION) if p.entries is None else {k: td.get(k) for k in p.entries}
         mask = td.get(keys.ACTION_MASK) if p.mask_spec is not None else None
         state = _State(obs, ret, steps, np.arange(n, dtype=np.int64), next_traj_id=n, mask=mask)
         if self._carried:  # every sub-env starts an episode: zero state, is_init True
@@ -607,7 +647,10 @@ class VectorEnvCollector:
                     self._carry(out, nxt)
                 self._step(out.get(keys.ACTION), nxt)
         if self._parts.copy_obs:
-            self._state.obs = self._state.obs.clone()
+            obs = self._state.obs
+            self._state.obs = (
+                {k: v.clone() for k, v in obs.items()} if isinstance(obs, dict) else obs.clone()
+            )
         return self._assemble(root, nxt)
 
     # ------------------------------------------------------------------ per step
@@ -623,7 +666,7 @@ class VectorEnvCollector:
             s.memory[k] = after
 
     def _stored_root_keys(self) -> list[NestedKey]:
-        names: list[NestedKey] = [keys.OBSERVATION, _TRAJ_IDS, *self._out_keys]
+        names: list[NestedKey] = [*self._obs_keys(), _TRAJ_IDS, *self._out_keys]
         names += self._memory_keys()
         if self._parts.mask_spec is not None:
             names.append(keys.ACTION_MASK)
@@ -634,7 +677,7 @@ class VectorEnvCollector:
         return names
 
     def _stored_next_keys(self) -> list[str]:
-        names = [keys.OBSERVATION, _REWARD, *_DONE_NAMES, *self._carried]
+        names = [*self._obs_keys(), _REWARD, *_DONE_NAMES, *self._carried]
         if self._parts.mask_spec is not None:
             names.append(keys.ACTION_MASK)
         if self._parts.track_return:
@@ -647,8 +690,10 @@ class VectorEnvCollector:
         s, n = self._state, self._parts.num_envs
         source: dict[str, Tensor] = {}
         for k in self._policy_in_keys:
-            if k == keys.OBSERVATION:
+            if k == keys.OBSERVATION and self._parts.entries is None:
                 source[k] = s.obs
+            elif isinstance(s.obs, dict) and k in s.obs:
+                source[k] = s.obs[k]
             elif k == keys.EPISODE_RETURN_NAME:
                 source[k] = torch.from_numpy(s.episode_return).view(n, 1)
             elif k == keys.STEP_COUNT_NAME:
@@ -669,7 +714,11 @@ class VectorEnvCollector:
 
     def _record_state(self, root: dict[NestedKey, list]) -> None:
         s = self._state
-        root[keys.OBSERVATION].append(s.obs)
+        if isinstance(s.obs, dict):
+            for k, v in s.obs.items():
+                root[k].append(v)
+        else:
+            root[keys.OBSERVATION].append(s.obs)
         root[_TRAJ_IDS].append(s.traj_ids)
         if s.episode_return is not None:
             root[keys.EPISODE_RETURN_NAME].append(s.episode_return)
@@ -692,6 +741,8 @@ class VectorEnvCollector:
         """GymWrapper's ``spec.encode`` (a dtype cast and reshape), then DoubleToFloat.
         A Dict observation (``{"observation", "action_mask"}``) reads its ``"observation"``."""
         p = self._parts
+        if p.entries is not None:
+            return self._read_entries(obs)
         if p.mask_spec is not None:
             obs = obs[keys.OBSERVATION]
         out = np.asarray(obs, dtype=p.obs_dtype).reshape(p.obs_spec.shape)
@@ -700,6 +751,18 @@ class VectorEnvCollector:
         elif p.copy_obs or not out.flags.writeable:
             out = out.copy()
         return torch.from_numpy(out)
+
+    def _read_entries(self, obs: dict) -> dict[str, Tensor]:
+        """A Dict observation's entries, each as :meth:`_read_obs` reads one observation."""
+        p, out = self._parts, {}
+        for k in p.entries:
+            x = np.asarray(obs[k], dtype=p.entry_dtypes[k]).reshape(p.entry_specs[k].shape)
+            if k in p.double_entries:
+                x = x.astype(np.float32)
+            elif p.copy_obs or not x.flags.writeable:
+                x = x.copy()
+            out[k] = torch.from_numpy(x)
+        return out
 
     def _step(self, action: Tensor, nxt: dict[str, list]) -> None:
         """One env step. Per-env scalars stay numpy arrays ``[N]`` (an op on 8 numbers costs
@@ -714,7 +777,11 @@ class VectorEnvCollector:
             next_obs = p.obs_norm.observe(next_obs)
         reward = np.asarray(reward_np, dtype=p.reward_dtype).reshape(p.num_envs)
         done = terminated | truncated
-        nxt[keys.OBSERVATION].append(next_obs)
+        if isinstance(next_obs, dict):
+            for k, v in next_obs.items():
+                nxt[k].append(v)
+        else:
+            nxt[keys.OBSERVATION].append(next_obs)
         nxt[_DONE].append(done)
         nxt[_TERMINATED].append(terminated)
         nxt[_TRUNCATED].append(truncated)
@@ -753,7 +820,10 @@ class VectorEnvCollector:
             reset_obs = p.obs_norm.observe(reset_obs, rows)
         if p.reward_norm is not None:
             p.reward_norm.reset_returns(rows)
-        s.obs = torch.where(rows.view(-1, *([1] * (reset_obs.dim() - 1))), reset_obs, s.obs)
+        if isinstance(reset_obs, dict):
+            s.obs = {k: _where_rows(rows, v, s.obs[k]) for k, v in reset_obs.items()}
+        else:
+            s.obs = torch.where(rows.view(-1, *([1] * (reset_obs.dim() - 1))), reset_obs, s.obs)
         if s.episode_return is not None:
             s.episode_return = np.where(done, np.float32(0.0), s.episode_return)
         if s.step_count is not None:
@@ -781,6 +851,11 @@ class VectorEnvCollector:
         if self.device is not None:
             batch = batch.to(self.device)
         return batch.refine_names(..., keys.TIME_DIM_NAME)
+
+
+def _where_rows(rows: Tensor, new: Tensor, old: Tensor) -> Tensor:
+    """``new`` in the rows ``rows`` ``[N]`` marks, ``old`` elsewhere."""
+    return torch.where(rows.view(-1, *([1] * (new.dim() - 1))), new, old)
 
 
 def _stack(steps: list, n: int) -> Tensor:

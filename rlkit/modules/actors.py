@@ -51,6 +51,7 @@ from rlkit import keys
 from rlkit.modules.compat import attach_collector_check, check_actor_spec
 from rlkit.modules.composite import ActionLayout, action_layout, multi_part_actor
 from rlkit.modules.critics import action_kind, observation_features, value_critic
+from rlkit.modules.dictobs import chain, obs_in_keys
 from rlkit.modules.masks import MaskedHead, check_mask_spec, mask_key_of, refuse_mask
 from rlkit.modules.networks import mlp, mlp_body
 
@@ -75,7 +76,7 @@ def _head(backbone: nn.Module | None, head: nn.Module) -> nn.Module:
         return head
     if not isinstance(backbone, nn.Module):
         raise TypeError(f"backbone must be an nn.Module, got {type(backbone).__name__}")
-    return nn.Sequential(backbone, head)
+    return chain(backbone, head)
 
 
 def _positive_int(name: str, value: int) -> int:
@@ -135,10 +136,13 @@ def categorical_actor(
         out_gain=POLICY_OUT_GAIN,
     )
     if mask_key is None:
-        module = TensorDictModule(_head(backbone, net), in_keys=[obs_key], out_keys=[keys.LOGITS])
+        module = TensorDictModule(
+            _head(backbone, net), in_keys=obs_in_keys(obs_key), out_keys=[keys.LOGITS]
+        )
     else:
         head = MaskedHead(_head(backbone, net))
-        module = TensorDictModule(head, in_keys=[obs_key, mask_key], out_keys=[keys.LOGITS])
+        in_keys = [*obs_in_keys(obs_key), mask_key]
+        module = TensorDictModule(head, in_keys=in_keys, out_keys=[keys.LOGITS])
     if spec is None:
         spec = OneHot(n_actions) if one_hot else Categorical(n_actions)
     actor = ProbabilisticActor(
@@ -331,7 +335,7 @@ def gaussian_actor(
     if bounded_loc:
         net = _BoundedLoc(net, *_bounds(low, high, action_dim, "bounded_loc=True (--bounded-mean)"))
     module = TensorDictModule(
-        _head(backbone, net), in_keys=[obs_key], out_keys=[keys.LOC, keys.SCALE]
+        _head(backbone, net), in_keys=obs_in_keys(obs_key), out_keys=[keys.LOC, keys.SCALE]
     )
     if tanh:
         low_t, high_t = _bounds(low, high, action_dim)
@@ -548,7 +552,7 @@ def shared_actor_critic(
             "give exactly one of n_actions= (discrete policy) or action_dim= (Gaussian policy)"
         )
     body = mlp_body(in_features, hidden=hidden, activation=activation, layer_norm=layer_norm)
-    trunk = body if backbone is None else nn.Sequential(backbone, body)
+    trunk = body if backbone is None else chain(backbone, body)
     width = hidden[-1] if len(hidden) else in_features
     head_kw = dict(
         hidden=head_hidden,

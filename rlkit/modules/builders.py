@@ -10,6 +10,7 @@ from torch import nn
 from rlkit import keys
 from rlkit.modules.actors import make_actor
 from rlkit.modules.critics import make_value
+from rlkit.modules.dictobs import dict_obs_encoder, entry_norms, resolve_obs_keys
 from rlkit.modules.networks import make_encoder, reinit_
 from rlkit.modules.normalization import Normalize, RunningMeanStd
 
@@ -69,6 +70,7 @@ def actor_critic_networks(
     feature_dim: int | None = None,
     bounded_mean: bool = False,
     init: str = "orthogonal",
+    obs_keys: Sequence[str] | None = None,
 ) -> tuple[nn.Module, nn.Module, RunningMeanStd | None]:
     """Separate actor and V critic sized from ``env``'s specs: ``(actor, critic, obs_norm)``.
 
@@ -84,6 +86,12 @@ def actor_critic_networks(
     layers.
     ``init``: ``"orthogonal"`` (the builders' own), ``"torch"`` or ``"gymnax"``, applied to
     every layer of both networks afterwards (:func:`~rlkit.modules.networks.reinit_`).
+    ``obs_keys``: the entries of a Dict observation the networks read (None: every entry but
+    the action mask; :func:`~rlkit.modules.dictobs.resolve_obs_keys`), each network through
+    its own :class:`~rlkit.modules.dictobs.DictObsEncoder` (image entries through
+    ``encoder``); ``obs_norm`` is then an :class:`~rlkit.modules.dictobs.EntryNorms` (one
+    set of statistics per float vector entry). A single ``"observation"`` builds exactly the
+    networks it always did.
     """
     actor, critic, obs_norm = _actor_critic(
         env,
@@ -96,6 +104,7 @@ def actor_critic_networks(
         encoder=encoder,
         feature_dim=feature_dim,
         bounded_mean=bounded_mean,
+        obs_keys=obs_keys,
     )
     return reinit_(actor, init), reinit_(critic, init), obs_norm
 
@@ -112,10 +121,25 @@ def _actor_critic(
     encoder,
     feature_dim,
     bounded_mean,
+    obs_keys=None,
 ) -> tuple[nn.Module, nn.Module, RunningMeanStd | None]:
     obs_spec, act_spec = env.observation_spec, env.action_spec
     actor_net = dict(hidden=tuple(actor_hidden or hidden), activation=activation)
     critic_net = dict(hidden=tuple(critic_hidden or hidden), activation=activation)
+    entries = resolve_obs_keys(env, obs_keys)
+    if entries is not None:
+        std = gaussian_kwargs(env, init_log_std, bounded_mean)
+        norms = entry_norms(env, entries) if normalize_obs else None
+
+        def features() -> dict:
+            enc = dict_obs_encoder(
+                env, entries, encoder=encoder, feature_dim=feature_dim, norms=norms
+            )
+            return dict(backbone=enc, in_features=enc.out_features, obs_key=list(entries))
+
+        actor = make_actor(obs_spec, act_spec, **features(), **actor_net, **std)
+        critic = make_value(obs_spec, **features(), **critic_net)
+        return actor, critic, norms
     if encoder != "mlp":
         std = gaussian_kwargs(env, init_log_std, bounded_mean)
         image = dict(encoder=encoder, feature_dim=feature_dim, normalize_obs=normalize_obs)

@@ -42,6 +42,7 @@ from torchrl.data import (
 from torchrl.modules import ValueOperator
 
 from rlkit import keys
+from rlkit.modules.dictobs import chain, obs_in_keys
 from rlkit.modules.networks import mlp
 
 __all__ = [
@@ -64,7 +65,7 @@ def _with_backbone(backbone: nn.Module | None, head: nn.Module) -> nn.Module:
         return head
     if not isinstance(backbone, nn.Module):
         raise TypeError(f"backbone must be an nn.Module, got {type(backbone).__name__}")
-    return nn.Sequential(backbone, head)
+    return chain(backbone, head)
 
 
 def value_critic(
@@ -98,7 +99,7 @@ def value_critic(
         backbone,
         mlp(in_features, 1, hidden=hidden, activation=activation, layer_norm=layer_norm),
     )
-    return ValueOperator(net, in_keys=[obs_key], out_keys=[keys.STATE_VALUE])
+    return ValueOperator(net, in_keys=obs_in_keys(obs_key), out_keys=[keys.STATE_VALUE])
 
 
 def q_critic_discrete(
@@ -135,9 +136,9 @@ def q_critic_discrete(
         from rlkit.modules.masks import MaskedHead
 
         return ValueOperator(
-            MaskedHead(net), in_keys=[obs_key, mask_key], out_keys=[keys.ACTION_VALUE]
+            MaskedHead(net), in_keys=[*obs_in_keys(obs_key), mask_key], out_keys=[keys.ACTION_VALUE]
         )
-    return ValueOperator(net, in_keys=[obs_key], out_keys=[keys.ACTION_VALUE])
+    return ValueOperator(net, in_keys=obs_in_keys(obs_key), out_keys=[keys.ACTION_VALUE])
 
 
 class _ConcatQ(nn.Module):
@@ -148,8 +149,12 @@ class _ConcatQ(nn.Module):
         self.backbone = backbone
         self.head = head
 
-    def forward(self, observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        features = observation if self.backbone is None else self.backbone(observation)
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        *observation, action = inputs  # several entries of a Dict observation, then the action
+        if self.backbone is None:
+            (features,) = observation
+        else:
+            features = self.backbone(*observation)
         return self.head(torch.cat([features, action.to(features.dtype)], dim=-1))
 
 
@@ -192,7 +197,7 @@ def q_critic_continuous(
     )
     return ValueOperator(
         _ConcatQ(head, backbone),
-        in_keys=[obs_key, action_key],
+        in_keys=[*obs_in_keys(obs_key), action_key],
         out_keys=[keys.STATE_ACTION_VALUE],
     )
 
@@ -265,7 +270,17 @@ def observation_features(
         observation_spec: ``env.observation_spec`` (a Composite; batch dims are stripped) or
             an unbatched leaf spec.
     """
-    leaf, batch = _leaf(observation_spec, obs_key, "observation", "obs_key")
+    if isinstance(obs_key, list):  # a Dict observation's entries, read by the backbone
+        for key in obs_key:
+            _leaf(observation_spec, key, "observation", "obs_key")
+        if backbone is None:
+            raise ValueError(
+                f"observation entries {obs_key} need a backbone that reads them all "
+                "(rlkit.modules.dictobs.dict_obs_encoder)"
+            )
+        leaf, batch = None, ()
+    else:
+        leaf, batch = _leaf(observation_spec, obs_key, "observation", "obs_key")
     if backbone is not None:
         width = in_features if in_features is not None else getattr(backbone, "out_features", None)
         if not isinstance(width, int):

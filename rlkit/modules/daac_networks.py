@@ -15,6 +15,13 @@ from rlkit import keys
 from rlkit.modules.actors import make_actor
 from rlkit.modules.builders import check_mlp_observation, gaussian_kwargs, image_obs_shape
 from rlkit.modules.critics import action_kind, make_value
+from rlkit.modules.dictobs import (
+    chain,
+    dict_obs_encoder,
+    entry_norms,
+    obs_in_keys,
+    resolve_obs_keys,
+)
 from rlkit.modules.networks import make_encoder, mlp, mlp_body
 from rlkit.modules.normalization import Normalize, RunningMeanStd
 
@@ -37,8 +44,9 @@ class ActionAdvantage(nn.Module):
             raise ValueError(f"ActionAdvantage: kind must be one of {self.KINDS}, got {kind!r}")
         self.trunk, self.head, self.kind = trunk, head, kind
 
-    def forward(self, observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        features = self.trunk(observation)
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        *observation, action = inputs  # a Dict observation's entries, then the action
+        features = self.trunk(*observation)
         if self.kind == "categorical":
             return self.head(features).gather(-1, action.long().unsqueeze(-1))
         if self.kind == "one_hot":
@@ -54,6 +62,7 @@ def advantage_head(
     size: int,
     hidden: tuple[int, ...] = (),
     activation: str = "tanh",
+    obs_key=keys.OBSERVATION,
 ) -> TensorDictModule:
     """The advantage head as a TensorDict module: reads ``keys.OBSERVATION`` and
     ``keys.ACTION``, writes ``keys.ADVANTAGE_PRED`` ``[*, 1]``.
@@ -65,6 +74,7 @@ def advantage_head(
             :class:`ActionAdvantage`).
         size: number of actions (discrete) or the action dimension (continuous).
         hidden: hidden widths of the head's MLP; output layer orthogonal with gain 1.
+        obs_key: the observation key, or a Dict observation's entries (a list).
     """
     if kind == "continuous":
         head = mlp(width + size, 1, hidden=hidden, activation=activation)
@@ -72,7 +82,7 @@ def advantage_head(
         head = mlp(width, size, hidden=hidden, activation=activation)
     return TensorDictModule(
         ActionAdvantage(trunk, head, kind=kind),
-        in_keys=[keys.OBSERVATION, keys.ACTION],
+        in_keys=[*obs_in_keys(obs_key), keys.ACTION],
         out_keys=[keys.ADVANTAGE_PRED],
     )
 
@@ -102,6 +112,7 @@ def daac_networks(
     encoder: str = "mlp",
     feature_dim: int | None = None,
     bounded_mean: bool = False,
+    obs_keys: Sequence[str] | None = None,
 ) -> DAACNetworks:
     """Policy network and value network sized from ``env``'s specs.
 
@@ -113,9 +124,34 @@ def daac_networks(
     :func:`~rlkit.modules.networks.make_encoder` (``feature_dim`` its width) in place of
     ``Normalize``: the trunk and the value network each get their own. ``init_log_std`` and
     ``bounded_mean``: a Gaussian policy's (:func:`~rlkit.modules.builders.gaussian_kwargs`).
+    ``obs_keys``: a Dict observation's entries (None: all but the mask): the trunk and the
+    value network each start with their own :class:`~rlkit.modules.dictobs.DictObsEncoder`.
     """
     hidden = tuple(hidden)
     gaussian = gaussian_kwargs(env, init_log_std, bounded_mean)
+    entries = resolve_obs_keys(env, obs_keys)
+    if entries is not None:
+        norms = entry_norms(env, entries) if normalize_obs else None
+
+        def encoder_() -> nn.Module:
+            return dict_obs_encoder(
+                env, entries, encoder=encoder, feature_dim=feature_dim, norms=norms
+            )
+
+        policy_hidden = tuple(hidden if actor_hidden is None else actor_hidden)
+        enc = encoder_()
+        trunk = chain(enc, mlp_body(enc.out_features, hidden=policy_hidden, activation=activation))
+        width = policy_hidden[-1] if policy_hidden else enc.out_features
+        critic_enc = encoder_()
+        critic = dict(
+            backbone=critic_enc,
+            in_features=critic_enc.out_features,
+            hidden=tuple(hidden if critic_hidden is None else critic_hidden),
+            obs_key=list(entries),
+        )
+        return _daac_heads(
+            env, trunk, width, critic, activation, adv_hidden, gaussian, norms, list(entries)
+        )
     if encoder != "mlp":
         return _image_daac_networks(
             env,
@@ -193,6 +229,7 @@ def _daac_heads(
     adv_hidden: Sequence[int] | None,
     gaussian: dict,
     obs_norm: nn.Module | None,
+    obs_key=keys.OBSERVATION,
 ) -> DAACNetworks:
     """The policy head and the advantage head on ``trunk`` (``width`` features), and the
     value network (``make_value`` with the ``critic`` keywords)."""
@@ -204,6 +241,7 @@ def _daac_heads(
         in_features=width,
         hidden=(),
         activation=activation,
+        obs_key=obs_key,
         **gaussian,
     )
     info = action_kind(act_spec, batch_shape=tuple(env.batch_size))
@@ -216,6 +254,7 @@ def _daac_heads(
         size=info.size,
         hidden=tuple(adv_hidden),
         activation=activation,
+        obs_key=obs_key,
     )
     value = make_value(obs_spec, activation=activation, **critic)
     return DAACNetworks(actor, head, value, trunk, obs_norm)

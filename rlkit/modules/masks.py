@@ -80,8 +80,9 @@ class MaskedHead(nn.Module):
         super().__init__()
         self.net = net
 
-    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
-        return masked_fill_lowest(self.net(x), mask)
+    def forward(self, *inputs: Tensor) -> Tensor:
+        *x, mask = inputs  # the observation (or a Dict observation's entries), then the mask
+        return masked_fill_lowest(self.net(*x), mask)
 
 
 def random_valid_action(mask: Tensor) -> Tensor:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -14,6 +15,13 @@ from torchrl.modules import ValueOperator
 from rlkit import keys
 from rlkit.modules.actors import make_actor
 from rlkit.modules.builders import gaussian_kwargs
+from rlkit.modules.dictobs import (
+    chain,
+    dict_obs_encoder,
+    entry_norms,
+    obs_in_keys,
+    resolve_obs_keys,
+)
 from rlkit.modules.networks import ENCODERS, make_encoder, mlp, mlp_body
 from rlkit.modules.normalization import Normalize, RunningMeanStd
 
@@ -106,6 +114,7 @@ def ppg_networks(
     actor_hidden: Sequence[int] | None = None,
     critic_hidden: Sequence[int] | None = None,
     bounded_mean: bool = False,
+    obs_keys: Sequence[str] | None = None,
 ) -> PPGNetworks:
     """Actor, critic and auxiliary value head of Phasic Policy Gradient in the ``arch`` layout.
 
@@ -117,14 +126,22 @@ def ppg_networks(
     ``encoder`` (:func:`rlkit.modules.networks.make_encoder`: ``mlp``, ``nature``, ``impala``
     or ``minatar``) starts each body, ``feature_dim`` its output width (None: the paper's);
     the ``hidden`` layers follow it. ``dual`` gives the value network an encoder of its own.
+    ``obs_keys``: the entries of a Dict observation (None: all but the mask), each body then
+    starting with a :class:`~rlkit.modules.dictobs.DictObsEncoder` (``obs_norm`` an
+    :class:`~rlkit.modules.dictobs.EntryNorms`).
     """
     if arch not in ARCHS:
         raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
     obs_spec, act_spec = env.observation_spec, env.action_spec
-    obs_shape = obs_spec[keys.OBSERVATION].shape[len(env.batch_size) :]
-    obs_norm = None
-    if normalize_obs:
-        obs_norm = RunningMeanStd(obs_shape)
+    entries = resolve_obs_keys(env, obs_keys)
+    obs_key: Any = keys.OBSERVATION if entries is None else list(entries)
+    obs_norm: Any = None
+    if entries is not None:
+        obs_norm = entry_norms(env, entries) if normalize_obs else None
+    else:
+        obs_shape = obs_spec[keys.OBSERVATION].shape[len(env.batch_size) :]
+        if normalize_obs:
+            obs_norm = RunningMeanStd(obs_shape)
 
     if arch == "shared" and critic_hidden is not None:
         raise ValueError(
@@ -133,28 +150,32 @@ def ppg_networks(
         )
 
     def body(sizes: Sequence[int]) -> tuple[nn.Module, int]:
-        enc, width = _encoder(encoder, obs_shape, obs_norm, feature_dim)
+        if entries is not None:
+            enc = dict_obs_encoder(
+                env, entries, encoder=encoder, feature_dim=feature_dim, norms=obs_norm
+            )
+            width = enc.out_features
+        else:
+            enc, width = _encoder(encoder, obs_shape, obs_norm, feature_dim)
         layers = mlp_body(width, hidden=tuple(sizes), activation=activation)
-        return (layers if enc is None else nn.Sequential(enc, layers)), (
-            sizes[-1] if sizes else width
-        )
+        return (layers if enc is None else chain(enc, layers)), (sizes[-1] if sizes else width)
 
     trunk, width = body(actor_hidden or hidden)
-    net = dict(hidden=(), activation=activation, backbone=trunk, in_features=width)
+    net = dict(hidden=(), activation=activation, backbone=trunk, in_features=width, obs_key=obs_key)
     actor = make_actor(
         obs_spec, act_spec, **net, **gaussian_kwargs(env, init_log_std, bounded_mean)
     )
 
     def value_head(features: nn.Module, out_key: str, width: int = width) -> ValueOperator:
         return ValueOperator(
-            nn.Sequential(features, mlp(width, 1, hidden=())),
-            in_keys=[keys.OBSERVATION],
+            chain(features, mlp(width, 1, hidden=())),
+            in_keys=obs_in_keys(obs_key),
             out_keys=[out_key],
         )
 
     aux_critic = value_head(trunk, keys.AUX_STATE_VALUE)
     if arch == "shared":
-        critic = value_head(nn.Sequential(trunk, _Detach()), keys.STATE_VALUE)
+        critic = value_head(chain(trunk, _Detach()), keys.STATE_VALUE)
     else:
         critic_body, critic_width = body(critic_hidden or hidden)
         critic = value_head(critic_body, keys.STATE_VALUE, critic_width)

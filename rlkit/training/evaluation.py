@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from tensordict import TensorDict
 from torch import nn
@@ -217,10 +218,7 @@ def record_gif(
     with evaluation_mode(deterministic, device):
         for _ in range(max_frames):
             frames.append(Image.fromarray(env.render()))
-            td = TensorDict(
-                {keys.OBSERVATION: torch.as_tensor(obs, dtype=torch.float32, device=device)[None]},
-                batch_size=[1],
-            )
+            td = TensorDict(_observation(obs, device), batch_size=[1])
             td = policy(memory.start(td))
             memory.after(td)
             memory.done(torch.zeros(1, 1, dtype=torch.bool))
@@ -234,6 +232,19 @@ def record_gif(
     path.parent.mkdir(parents=True, exist_ok=True)
     frames[0].save(path, save_all=True, append_images=frames[1:], duration=int(1000 / fps), loop=0)
     return path
+
+
+def _observation(obs: Any, device: torch.device) -> dict[str, torch.Tensor]:
+    """One gymnasium observation as the policy reads it, batch ``[1]``: ``"observation"``
+    float32, or a Dict observation's entries under their own keys (float64 cast to float32,
+    other dtypes kept: uint8 images are scaled by their encoder), as ``make_env`` writes them."""
+    if not isinstance(obs, dict):
+        return {keys.OBSERVATION: torch.as_tensor(obs, dtype=torch.float32, device=device)[None]}
+    out = {}
+    for k, v in obs.items():
+        x = torch.as_tensor(np.asarray(v), device=device)
+        out[k] = (x.float() if x.dtype == torch.float64 else x)[None]
+    return out
 
 
 def _render_env(env_id: str | Callable[..., Any], kwargs: dict[str, Any], max_episode_steps):

@@ -1,0 +1,81 @@
+"""A small Dict-observation task where both entries matter (issue 47, "Dict observations").
+
+``ImageVector``: each step shows an image ``[6, 6, 2]`` uint8 with one lit pixel (255) at a
+random place in channel ``a`` and a vector ``[4]`` float32 whose first two entries are the
+one-hot of a bit ``b`` (the last two are noise in [-1, 1]). Of 4 actions, ``2 a + b`` pays
++1, any other 0; an episode lasts 8 steps. A policy that reads both entries scores 8, one
+that reads only the image or only the vector at most 4 (it knows one bit of two), a random
+one 2.
+
+``flat=True`` gives the same task as one flat float32 observation of the same size (the
+image's 72 pixels scaled to [0, 1], then the vector: ``[76]``), the baseline of the
+frames/s comparison (``benchmarks/bench_dictobs.py``). ``image`` / ``vector`` resize the
+entries for that benchmark.
+"""
+
+from __future__ import annotations
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+EPISODE = 8
+
+
+class ImageVector(gymnasium.Env):
+    metadata: dict = {"render_modes": ["rgb_array"]}
+
+    def __init__(
+        self,
+        flat: bool = False,
+        image: tuple[int, int, int] = (6, 6, 2),
+        vector: int = 4,
+        render_mode: str | None = None,
+    ) -> None:
+        self.flat, self.shape, self.width = flat, tuple(image), int(vector)
+        self.render_mode = render_mode
+        h, w, c = self.shape
+        if c < 2 or self.width < 2:
+            raise ValueError("ImageVector needs 2+ channels and a vector of 2+ entries")
+        if flat:
+            size = h * w * c + self.width
+            self.observation_space = spaces.Box(-1.0, 1.0, (size,), np.float32)
+        else:
+            self.observation_space = spaces.Dict(
+                {
+                    "image": spaces.Box(0, 255, self.shape, np.uint8),
+                    "vector": spaces.Box(-1.0, 1.0, (self.width,), np.float32),
+                }
+            )
+        self.action_space = spaces.Discrete(4)
+        self._t, self._a, self._b = 0, 0, 0
+        self._image = np.zeros(self.shape, np.uint8)
+        self._vector = np.zeros(self.width, np.float32)
+
+    def _draw(self):
+        h, w, _ = self.shape
+        self._a, self._b = int(self.np_random.integers(2)), int(self.np_random.integers(2))
+        self._image = np.zeros(self.shape, np.uint8)
+        self._image[self.np_random.integers(h), self.np_random.integers(w), self._a] = 255
+        self._vector = np.zeros(self.width, np.float32)
+        self._vector[self._b] = 1.0
+        self._vector[2:] = self.np_random.uniform(-1.0, 1.0, self.width - 2)
+        if self.flat:
+            pixels = self._image.reshape(-1).astype(np.float32) / 255.0
+            return np.concatenate([pixels, self._vector])
+        return {"image": self._image, "vector": self._vector}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._t = 0
+        return self._draw(), {}
+
+    def step(self, action):
+        reward = float(int(action) == 2 * self._a + self._b)
+        self._t += 1
+        return self._draw(), reward, self._t >= EPISODE, False, {}
+
+    def render(self):
+        frame = np.zeros((*self.shape[:2], 3), np.uint8)
+        frame[..., :2] = self._image[..., :2]
+        return frame
