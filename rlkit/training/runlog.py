@@ -743,7 +743,9 @@ def plot_settings(
         color = line[0].get_color()
         if n >= MIN_RUNS_FOR_INTERVAL:
             bands = [bootstrap_ci(points[x], reps=500) for x in xs]
-            ax.fill_between(xs, [b[0] for b in bands], [b[1] for b in bands], alpha=0.2)
+            ax.fill_between(
+                xs, [b[0] for b in bands], [b[1] for b in bands], alpha=0.2, color=color
+            )
         elif n > 1:  # no interval from so few runs: each member's own curve
             for i in sorted(members, key=int):
                 mine = [r for r in rows if r["member"] == i]
