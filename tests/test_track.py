@@ -56,13 +56,14 @@ def _finite(points):
 # --------------------------------------------------------------------------- MLflow
 
 
-def mlflow_points(run_dir: Path) -> tuple[set, dict[str, str]]:
-    """The metric points and the params of the run's MLflow run, through ``MlflowClient``."""
+def mlflow_points(run_dir: Path, uri: str | None = None) -> tuple[set, dict[str, str]]:
+    """The metric points and the params of the run's MLflow run, through ``MlflowClient``
+    on ``uri`` (default: the run directory's file store)."""
     pytest.importorskip("mlflow")
     from mlflow.tracking import MlflowClient
 
     run_id = json.loads((run_dir / "trackers.json").read_text())["mlflow"]
-    client = MlflowClient(tracking_uri=(run_dir / "mlruns").resolve().as_uri())
+    client = MlflowClient(tracking_uri=uri or (run_dir / "mlruns").resolve().as_uri())
     run = client.get_run(run_id)
     points = set()
     for key in run.data.metrics:
@@ -98,15 +99,17 @@ def test_mlflow_run_holds_every_row_and_the_config(tmp_path, monkeypatch):
 
 
 def test_mlflow_population_is_one_run_of_member_prefixed_rows(tmp_path, monkeypatch):
-    """A population logs one tracker run; each member's rows as ``member<i>/<name>``."""
+    """A population logs one tracker run; each member's rows as ``member<i>/<name>``; with
+    ``--mlflow-uri`` the run is in that store, not in the run directory."""
     pytest.importorskip("mlflow")
     from rlkit.algorithms import ppo
 
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    run_dir = tmp_path / "pop"
-    argv = [*TINY, "--logger", "csv,mlflow", "--population", "2", "--run-dir", str(run_dir)]
-    ppo.main(argv)
-    points, _ = mlflow_points(run_dir)
+    run_dir, store = tmp_path / "pop", (tmp_path / "store").as_uri()
+    argv = [*TINY, "--logger", "csv,mlflow", "--mlflow-uri", store, "--population", "2"]
+    ppo.main([*argv, "--run-dir", str(run_dir)])
+    assert not (run_dir / "mlruns").exists() and (tmp_path / "store").is_dir()
+    points, _ = mlflow_points(run_dir, store)
     tracked = {p for p in points if not p[0].startswith("summary/")}
     expected = _finite(expected_points(run_dir))
     assert tracked == expected

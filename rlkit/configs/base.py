@@ -819,6 +819,10 @@ def value_from_data(spec: FieldSpec, value: Any) -> Any:
             raise FieldValueError(f"expected {spec.expected}, got a list ({list(value)!r})")
         if any(isinstance(v, (list, tuple, Mapping)) for v in value):
             raise FieldValueError(f"expected {spec.expected}, got a nested list ({list(value)!r})")
+        if spec.whole and not value:  # --env-kwargs / --sweep take one item at least
+            raise FieldValueError(
+                f"expected {spec.expected}, got an empty list (write none, or leave it out)"
+            )
         return value_from_tokens(spec, [_as_text(v, spec) for v in value])
     return value_from_text(spec, _as_text(value, spec))
 
