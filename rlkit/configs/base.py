@@ -306,6 +306,24 @@ class TrainConfig:
     log_every: int = field(
         default=1, metadata=_help("write training metrics every this many batches")
     )
+    logger: tuple[str, ...] = field(
+        default=("csv", "tensorboard"),
+        metadata=_help(
+            "where metrics, evaluations, the config and the summary go, through Lightning's "
+            "loggers: csv (metrics.csv, eval.csv: always written, the run directory is the "
+            "source of truth), tensorboard (tb/, when installed), wandb (offline unless "
+            "WANDB_MODE says otherwise, in <run-dir>/wandb) and mlflow (a file store "
+            "<run-dir>/mlruns, or --mlflow-uri), e.g. --logger csv,wandb,mlflow "
+            "(docs/tracking.md)"
+        ),
+    )
+    mlflow_uri: str | None = field(
+        default=None,
+        metadata=_help(
+            "MLflow tracking URI for --logger mlflow (a server, sqlite:///FILE.db, "
+            "file:DIR); none: the file store <run-dir>/mlruns"
+        ),
+    )
     population: int = field(
         default=1,
         metadata=_help(
@@ -419,6 +437,7 @@ class TrainConfig:
             if n < 1:
                 raise ValueError(f"devices must be >= 1, got {n}")
         _check_population(self)
+        _check_loggers(self)
         if self.eval_only and (self.devices != "1" or self.num_nodes != 1):
             raise ValueError(
                 "--eval-only runs in one process: drop --devices / --num-nodes (the "
@@ -436,6 +455,44 @@ def _check_obs_keys(obs_keys: tuple[str, ...] | None) -> None:
     twice = sorted({k for k in obs_keys if obs_keys.count(k) > 1})
     if twice:
         raise ValueError(f"--obs-keys names {', '.join(map(repr, twice))} twice: name each once")
+
+
+#: ``--logger`` choices, with the package each needs and the extra that installs it
+LOGGERS = {
+    "csv": (None, None),
+    "tensorboard": ("tensorboard", "tensorboard"),
+    "wandb": ("wandb", "wandb"),
+    "mlflow": ("mlflow", "mlflow"),
+}
+
+
+def _check_loggers(cfg: Any) -> None:
+    """``--logger``: known names, each once; a tracker's package installed (one line naming
+    the extra; TensorBoard, a default, is skipped when missing, as before); ``--mlflow-uri``
+    only with ``mlflow``. Decided here, before anything is built or written."""
+    import importlib.util
+
+    seen: set[str] = set()
+    for name in cfg.logger:
+        if name not in LOGGERS:
+            raise ValueError(
+                f"--logger {name!r} is not a logger; choose from {', '.join(LOGGERS)} "
+                "(comma-separated, e.g. --logger csv,tensorboard,wandb)"
+            )
+        if name in seen:
+            raise ValueError(f"--logger lists {name} twice: list it once")
+        seen.add(name)
+        package, extra = LOGGERS[name]
+        if name != "tensorboard" and package and importlib.util.find_spec(package) is None:
+            raise ValueError(
+                f'--logger {name} needs the {package} package: pip install "rlkit[{extra}]" '
+                f"(or pip install {package}), or drop {name} from --logger"
+            )
+    if cfg.mlflow_uri is not None and "mlflow" not in seen:
+        raise ValueError(
+            "--mlflow-uri applies only with --logger ...,mlflow: add mlflow to --logger or "
+            "drop --mlflow-uri"
+        )
 
 
 def _check_env_module(env: str | None) -> None:
@@ -784,6 +841,10 @@ def value_from_data(spec: FieldSpec, value: Any) -> Any:
             raise FieldValueError(f"expected {spec.expected}, got a list ({list(value)!r})")
         if any(isinstance(v, (list, tuple, Mapping)) for v in value):
             raise FieldValueError(f"expected {spec.expected}, got a nested list ({list(value)!r})")
+        if spec.whole and not value:  # --env-kwargs / --sweep take one item at least
+            raise FieldValueError(
+                f"expected {spec.expected}, got an empty list (write none, or leave it out)"
+            )
         return value_from_tokens(spec, [_as_text(v, spec) for v in value])
     return value_from_text(spec, _as_text(value, spec))
 
@@ -937,6 +998,8 @@ RESUME_SAFE = LAUNCH_FIELDS | {
     "video_every",
     "snapshot_best",
     "log_scalars",
+    "logger",
+    "mlflow_uri",
     "threads",
     "compile",
     "save_buffer",

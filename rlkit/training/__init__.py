@@ -19,6 +19,7 @@ from rlkit.training.errors import CheckpointError, NonFiniteError, RunInterrupte
 
 #: names imported from the engine (torch, TensorDict, Lightning) when first asked for
 _LAZY = {name: "rlkit.training.engine" for name in ("Context", "Engine", "Learner", "run")}
+_LAZY["Callback"] = "rlkit.training.runlog"  # research code's hooks into a run
 
 
 def __getattr__(name: str) -> Any:
@@ -35,6 +36,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "Callback",
     "CheckpointError",
     "Context",
     "Engine",

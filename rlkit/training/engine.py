@@ -70,7 +70,14 @@ from rlkit.training.errors import (
     RunInterrupted,
 )
 from rlkit.training.learner import Context, Counters, Learner, episode_stats
-from rlkit.training.runlog import RunLog, check_run_dir, claim_run_dir
+from rlkit.training.runlog import (
+    CallbackError,
+    RunLog,
+    call_back,
+    check_callbacks,
+    check_run_dir,
+    claim_run_dir,
+)
 from rlkit.training.signals import ForwardStop, RankWatch, StopRequest
 
 
@@ -503,6 +510,10 @@ class RunReport:
         """Files of its own at the end (rank 0) and entries added to ``summary.json``."""
         return {}
 
+    def result_text(self, mean: float, std: float) -> str:
+        """The result in the ``done:`` line (a population's: per setting)."""
+        return f"eval return {mean:.1f} +- {std:.1f}"
+
     def state_dict(self) -> dict[str, Any]:
         return {}
 
@@ -600,8 +611,11 @@ class Engine:
         algo: str,
         make_collector: Callable[..., Any] | None = None,
         env: str | Callable[..., Any] | None = None,
+        callbacks: Any = None,
     ) -> None:
         self.cfg, self.build, self.algo = cfg, build, algo
+        #: research code's hooks (:class:`rlkit.training.Callback`), called on rank 0
+        self.callbacks = check_callbacks(callbacks)
         self.make_collector = make_collector or default_collector
         #: what every env of the run is built from (training on every rank, a population's,
         #: evaluation, video): the env factory given, else ``cfg.env``
@@ -878,12 +892,16 @@ class Engine:
                 progress=cfg.progress,
                 scalars=cfg.log_scalars,
                 resume_frames=counters.frames if resume_path is not None else None,
+                loggers=cfg.logger,
+                mlflow_uri=cfg.mlflow_uri,
             )
         except BaseException:
             start.close()
             raise
         if rank == 0:
             _save_config(cfg, run_dir / "config.yaml")
+            # the config as the trackers' hyperparameters
+            log.start(to_dict(cfg), resumed=resume_path is not None)
         scored = f", evaluated on {cfg.eval_env}" if cfg.eval_env else ""
         begun = f"resumed at {counters.frames:,} of " if resume_path is not None else ""
         preset = applied_preset(cfg)
@@ -897,6 +915,7 @@ class Engine:
         )
         state.extra_modules = built.env_modules
         state.env_source = self.env_source
+        state.callbacks = self.callbacks if rank == 0 else ()
         state.generator = start.ctx.generator
         try:
             # the handlers stay through the final evaluation and checkpoint: a signal there
@@ -909,6 +928,9 @@ class Engine:
                 return state.finish(stop)
         except KeyboardInterrupt:  # RunInterrupted, or a second signal (stopped at once)
             log.close("interrupted")
+            raise
+        except CallbackError:
+            log.close("failed")
             raise
         except EnvFault as err:
             log.close("failed")
@@ -1004,6 +1026,7 @@ class _LoopState:
         self.env_source: Any = cfg.env  # the env factory of the run, else --env (videos)
         self.generator: torch.Generator | None = None  # Context.generator, checkpointed
         self.save_token = save_token  # the same on every rank (broadcast by rank 0)
+        self.callbacks: tuple[Any, ...] = ()  # research code's hooks (rank 0's)
         self.recent_returns: list[float] = []
         self.last_eval: tuple[float, float] | None = None
         self.start_frames = counters.frames
@@ -1033,12 +1056,28 @@ class _LoopState:
             row["fps"] = self._fps()
             row["train_seconds"] = c.train_seconds
             self.log.log(c.frames, row)
+        if self.callbacks:
+            self._call_back("on_batch", c.frames, self._batch_metrics(metrics, returns, lengths))
         fields = {"fps": f"{self._fps():,.0f}"}
         if self.recent_returns:
             fields["return"] = f"{sum(self.recent_returns) / len(self.recent_returns):.1f}"
         if self.last_eval is not None:
             fields["eval"] = f"{self.last_eval[0]:.1f}"
         self.log.progress.update(c.frames, fields)
+
+    def _batch_metrics(self, metrics, returns: list[float], lengths: list[float]) -> dict:
+        """What :meth:`Callback.on_batch` receives: the batch's metrics as the log row has
+        them, every batch."""
+        out = dict(metrics)
+        if returns:
+            out["episode_return"] = sum(returns) / len(returns)
+        if lengths:
+            out["episode_length"] = sum(lengths) / len(lengths)
+        out["fps"], out["train_seconds"] = self._fps(), self.counters.train_seconds
+        return out
+
+    def _call_back(self, hook: str, *args: Any) -> None:
+        call_back(self.callbacks, hook, *args, run_dir=self.run_dir, frames=self.counters.frames)
 
     def _fps(self) -> float:
         frames = self.counters.frames - self.start_frames
@@ -1060,6 +1099,10 @@ class _LoopState:
         c = self.counters
         c.last_eval_frames = c.frames
         self.log.log_eval(c.frames, c.train_seconds, mean, std, extra=self.eval_details)
+        if self.callbacks:
+            seconds = round(c.train_seconds, 3)
+            row = {"train_seconds": seconds, "return_mean": mean, "return_std": std}
+            self._call_back("on_eval", c.frames, row | dict(self.eval_details))
         target = self.cfg.target_return
         if target is not None and self.report.reached(mean, target) and c.solved_frames is None:
             c.solved_frames, c.solved_seconds = c.frames, c.train_seconds
@@ -1231,6 +1274,7 @@ class _LoopState:
         if self.is_zero:
             summary |= self.report.finish(self.run_dir, summary)
         self.log.finish(summary)
+        self._call_back("on_end", summary)
         if self.is_zero and cfg.video:
             _try_video(
                 cfg,
@@ -1249,7 +1293,7 @@ class _LoopState:
         solved = f", target reached at {c.solved_frames:,} frames" if summary["solved"] else ""
         self.log.progress.message(
             f"done: {c.frames:,} frames in {c.train_seconds:.1f} s ({summary['fps']:,.0f} "
-            f"frames/s), eval return {mean:.1f} +- {std:.1f}{solved}; results in {self.run_dir}"
+            f"frames/s), {self.report.result_text(mean, std)}{solved}; results in {self.run_dir}"
         )
         return summary
 
@@ -1293,6 +1337,12 @@ def run(
     ``module:qualname`` as its ``env``, so ``--resume`` builds it again; a factory without
     one (a lambda, a function defined inside another or in a script run as ``__main__``) must
     be passed again to resume, which a resume without it says in one line.
+
+    ``callbacks``: research code's hooks, objects with any of ``on_batch(frames, metrics)``,
+    ``on_eval(frames, metrics)`` and ``on_end(summary)`` (:class:`rlkit.training.Callback`),
+    called on rank 0; one that raises stops the run in one line naming it
+    (:class:`~rlkit.training.runlog.CallbackError`). ``make_collector`` replaces the
+    collector. See docs/tracking.md.
 
     Third-party notices are silenced and tensordict's measured slow path is patched for the
     duration of the run only (``rlkit._quiet``, ``rlkit._speedups``).

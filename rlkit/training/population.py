@@ -75,6 +75,7 @@ from rlkit.training.engine import (
 )
 from rlkit.training.errors import NonFiniteError
 from rlkit.training.learner import Context, Learner, episode_stats
+from rlkit.training.runlog import MIN_RUNS_FOR_INTERVAL, plot_settings
 from rlkit.training.stats import bootstrap_ci, iqm
 from rlkit.training.update import (
     KLStops,
@@ -1333,7 +1334,7 @@ class PopulationReport:
             if returns:
                 row["episode_return"] = sum(returns) / len(returns)
             rows.append(row)
-        log.metrics.write_many(rows)
+        log.log_rows(frames, rows)  # metrics.csv, and the trackers as member<i>/<name>
 
     def _evaluate_members(self, evaluator) -> list[tuple[float, float]]:
         """Every member's mean and std evaluation return. Deterministic evaluation plays all
@@ -1385,7 +1386,8 @@ class PopulationReport:
         self.stopped = {i: why for _, stopped in parts for i, why in stopped.items()}
         means = [m for m, _ in self.last]
         if log.enabled:
-            log.evals.write_many(
+            log.log_eval_rows(
+                counters.frames,
                 [
                     {
                         "frames": counters.frames,
@@ -1395,7 +1397,7 @@ class PopulationReport:
                         "return_std": std,
                     }
                     for i, (mean, std) in enumerate(self.last)
-                ]
+                ],
             )
         for i, (mean, _) in enumerate(self.last):
             if self.target is not None and mean >= self.target and self.solved[i] is None:
@@ -1436,20 +1438,7 @@ class PopulationReport:
         by_setting: dict[str, list[dict]] = {}
         for m in members:
             by_setting.setdefault(_label(m["settings"]), []).append(m)
-        aggregates = []
-        for label, group in by_setting.items():
-            # over the members with a return (one whose policy diverged has none)
-            finals = [m["eval_return_mean"] for m in group if math.isfinite(m["eval_return_mean"])]
-            low, high = bootstrap_ci(finals) if finals else (math.nan, math.nan)
-            aggregates.append(
-                {
-                    "settings": label,
-                    "seeds": [m["seed"] for m in group],
-                    "final_return_iqm": iqm(finals) if finals else math.nan,
-                    "final_return_ci95": [low, high],
-                    "solved": sum(m["solved_frames"] is not None for m in group),
-                }
-            )
+        aggregates = [setting_aggregate(label, group) for label, group in by_setting.items()]
         report = {
             "algo": summary.get("algo"),
             "env": summary.get("env"),
@@ -1457,8 +1446,13 @@ class PopulationReport:
             "members": members,
             "aggregates": aggregates,
             "target_return": self.target,
-            "ci": "95% percentile bootstrap of the IQM over seeds (2000 resamples)",
+            "ci": (
+                "95% percentile bootstrap of the IQM over seeds (2000 resamples), only for a "
+                f"setting with at least {MIN_RUNS_FOR_INTERVAL} runs with a return; with "
+                "fewer, final_return_ci95 is null: read final_returns"
+            ),
         }
+        self.aggregates = aggregates
         path = run_dir / "population.json"
         tmp = path.with_suffix(".json.tmp")
         import json
@@ -1472,39 +1466,53 @@ class PopulationReport:
         return report
 
 
+def setting_aggregate(label: str, group: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One setting's members (``population.json``'s member entries) summarised: every
+    member's final return (``final_returns``, seed order), their IQM over the members with a
+    return (one whose policy diverged has none), and the IQM's 95% bootstrap interval only
+    with :data:`MIN_RUNS_FOR_INTERVAL` such runs or more (else ``None``)."""
+    finals = [m["eval_return_mean"] for m in group if math.isfinite(m["eval_return_mean"])]
+    ci = None
+    if len(finals) >= MIN_RUNS_FOR_INTERVAL:
+        low, high = bootstrap_ci(finals)
+        ci = [low, high]
+    return {
+        "settings": label,
+        "members": [m["member"] for m in group],
+        "seeds": [m["seed"] for m in group],
+        "final_returns": [m["eval_return_mean"] for m in group],
+        "runs": len(finals),
+        "final_return_iqm": iqm(finals) if finals else math.nan,
+        "final_return_ci95": ci,
+        "solved": sum(m["solved_frames"] is not None for m in group),
+    }
+
+
+def aggregate_text(aggregate: Mapping[str, Any]) -> str:
+    """A setting's result in words: ``lr=0.001: IQM 412.3, 95% CI [300.1, 500.0] over 3
+    seeds``, or with fewer than :data:`MIN_RUNS_FOR_INTERVAL` runs the members' returns
+    ``lr=0.001: 312.0, 500.0 (2 seeds, no interval)``."""
+    label, runs = aggregate["settings"], len(aggregate["final_returns"])
+    ci = aggregate["final_return_ci95"]
+    if ci is not None:
+        return (
+            f"{label}: IQM {aggregate['final_return_iqm']:.1f}, 95% CI [{ci[0]:.1f}, "
+            f"{ci[1]:.1f}] over {runs} seeds"
+        )
+    finals = ", ".join(f"{r:.1f}" for r in aggregate["final_returns"])
+    seeds = f"{runs} seed" + ("s" if runs != 1 else "")
+    return f"{label}: {finals} ({seeds}, no interval)"
+
+
 def plot_population(run_dir, settings: Sequence[Mapping[str, Any]], *, title: str):
     """``population.png``: per setting, the IQM over its seeds of the evaluation return at each
-    evaluation, with the 95% bootstrap interval as a band."""
-    import csv
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    with (run_dir / "eval.csv").open(newline="") as f:
-        rows = [r for r in csv.DictReader(f) if r.get("member") not in (None, "")]
-    labels = [_label(s) for s in settings]
-    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
-    for label in dict.fromkeys(labels):
-        members = {str(i) for i, lab in enumerate(labels) if lab == label}
-        points: dict[float, list[float]] = {}
-        for r in rows:
-            if r["member"] in members and math.isfinite(float(r["return_mean"])):
-                points.setdefault(float(r["frames"]), []).append(float(r["return_mean"]))
-        xs = sorted(points)
-        mid = [iqm(points[x]) for x in xs]
-        bands = [bootstrap_ci(points[x], reps=500) for x in xs]
-        ax.plot(xs, mid, marker="o", ms=3, label=f"{label} ({len(members)} seeds)")
-        ax.fill_between(xs, [b[0] for b in bands], [b[1] for b in bands], alpha=0.2)
-    ax.set(xlabel="environment frames per member", ylabel="eval return (IQM)", title=title)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=7)
-    fig.tight_layout()
-    out = run_dir / "population.png"
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    evaluation, with the 95% bootstrap interval as a band from
+    :data:`~rlkit.training.runlog.MIN_RUNS_FOR_INTERVAL` seeds up, else each member's own
+    curve (:func:`rlkit.training.runlog.plot_settings`)."""
+    groups: dict[str, list[int]] = {}
+    for i, setting in enumerate(settings):
+        groups.setdefault(_label(setting), []).append(i)
+    return plot_settings(Path(run_dir), groups, title=title, name="population.png")
 
 
 # ------------------------------------------------------------------------------ the run mode
@@ -1543,6 +1551,13 @@ class PopulationRunReport(RunReport):
         aggregates = self.population.finish(run_dir, dict(summary))["aggregates"]
         fps = round(summary["fps"] * self.population.size, 1)
         return {"population": aggregates, "population_fps": fps}
+
+    def result_text(self, mean: float, std: float) -> str:
+        """The ``done:`` line's result per setting (rank 0, after :meth:`finish`)."""
+        aggregates = getattr(self.population, "aggregates", None)
+        if not aggregates:
+            return super().result_text(mean, std)
+        return "final eval return " + "; ".join(aggregate_text(a) for a in aggregates)
 
     def state_dict(self) -> dict[str, Any]:
         return self.population.state_dict()

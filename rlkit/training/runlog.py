@@ -32,12 +32,12 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from rlkit.training.errors import LogWriteError
+from rlkit.training.errors import LogWriteError, RunFailedError
 
 #: how a failed write to TensorBoard's events names them
 TB_EVENTS = "the TensorBoard events (tb/)"
@@ -226,6 +226,154 @@ def _tensorboard(run_dir: Path):
     return TensorBoardLogger(root_dir=str(run_dir), name="", version="tb")
 
 
+#: what the run directory keeps of its trackers' runs, so that a resumed run logs on into them
+TRACKERS_FILE = "trackers.json"
+
+
+def _tracker_ids(run_dir: Path) -> dict[str, str]:
+    try:
+        ids = json.loads((run_dir / TRACKERS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in ids.items()} if isinstance(ids, dict) else {}
+
+
+def _wandb(run_dir: Path, run_id: str | None):
+    """Lightning's ``WandbLogger``: offline unless ``WANDB_MODE`` says otherwise, its files in
+    ``<run-dir>/wandb``, project ``WANDB_PROJECT`` (else ``rlkit``), named after the run
+    directory; a resumed run logs on into the same W&B run (its id)."""
+    from lightning.pytorch.loggers import WandbLogger
+
+    os.environ.setdefault("WANDB_SILENT", "true")
+    kwargs: dict[str, Any] = {"id": run_id, "resume": "allow"} if run_id else {}
+    logger = WandbLogger(
+        name=run_dir.name,
+        save_dir=str(run_dir),
+        project=os.environ.get("WANDB_PROJECT", "rlkit"),
+        offline=os.environ.get("WANDB_MODE", "offline") == "offline",
+        **kwargs,
+    )
+    # Lightning 2.6 passes anonymous=None, which wandb 0.31 answers with a deprecation warning
+    init = getattr(logger, "_wandb_init", None)
+    if isinstance(init, dict) and init.get("anonymous") is None:
+        init.pop("anonymous", None)
+    return logger
+
+
+def _mlflow(run_dir: Path, uri: str | None, run_id: str | None):
+    """Lightning's ``MLFlowLogger`` on ``uri`` (default: the file store ``<run-dir>/mlruns``;
+    MLflow 3 refuses a file store unless ``MLFLOW_ALLOW_FILE_STORE`` is set, which is set here
+    for a ``file:`` URI), experiment ``MLFLOW_EXPERIMENT_NAME`` (else ``rlkit``), run named
+    after the run directory; a resumed run logs on into the same MLflow run."""
+    from lightning.pytorch.loggers import MLFlowLogger
+
+    uri = uri or (run_dir / "mlruns").resolve().as_uri()
+    if uri.startswith("file:"):
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    return MLFlowLogger(
+        experiment_name=os.environ.get("MLFLOW_EXPERIMENT_NAME", "rlkit"),
+        run_name=run_dir.name,
+        tracking_uri=uri,
+        run_id=run_id,
+    )
+
+
+def _scalars(row: Mapping[str, Any]) -> dict[str, float]:
+    """The numbers of a row as a tracker takes them (no ``frames``: it is the step)."""
+    return {
+        k: float(v)
+        for k, v in row.items()
+        if k != "frames" and isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+
+
+def _member_scalars(rows: list[Mapping[str, Any]]) -> dict[str, float]:
+    """A population's per-member rows as one tracker row, ``member<i>/<name>``."""
+    out: dict[str, float] = {}
+    for row in rows:
+        i = row.get("member")
+        out |= {f"member{i}/{k}": v for k, v in _scalars(row).items() if k != "member"}
+    return out
+
+
+class CallbackError(RunFailedError):
+    """A callback passed to the run (``callbacks=``) raised; the message names it, and the run
+    stopped (exit status 3 on the command line)."""
+
+
+class Callback:
+    """Hooks of research code into a run: ``run(cfg, build, algo=..., callbacks=[...])``.
+
+    Override any of the three; an object with any of these methods (no base class) works as
+    well. They are called on rank 0 only (with DDP the metrics are already the same on every
+    rank), in the order the callbacks were given. An exception in one stops the run with one
+    line naming the callback and the hook (:class:`CallbackError`); the last checkpoint is
+    kept, as after any fault.
+    """
+
+    def on_batch(self, frames: int, metrics: Mapping[str, float]) -> None:
+        """After each batch's update: the frames so far (all ranks, one member's for a
+        population) and the batch's metrics (the update's, ``episode_return`` and
+        ``episode_length`` when episodes ended, ``fps``, ``train_seconds``; a population's
+        per-member values as ``name/member<i>``), whether or not ``--log-every`` writes
+        them to ``metrics.csv``."""
+
+    def on_eval(self, frames: int, metrics: Mapping[str, float]) -> None:
+        """After each evaluation: the row of ``eval.csv`` (``return_mean``, ``return_std``,
+        ``train_seconds`` and the learner's details)."""
+
+    def on_end(self, summary: Mapping[str, Any]) -> None:
+        """Once the run is complete: ``summary.json``'s content (written already)."""
+
+
+#: the hooks of a :class:`Callback`
+HOOKS = ("on_batch", "on_eval", "on_end")
+
+
+def check_callbacks(callbacks: Any) -> tuple[Any, ...]:
+    """``callbacks`` as a tuple, each refused in one line (``TypeError``) unless it has at
+    least one of :data:`HOOKS`, callable."""
+    if callbacks is None:
+        return ()
+    if not isinstance(callbacks, (list, tuple)):
+        callbacks = [callbacks]
+    for cb in callbacks:
+        hooks = [h for h in HOOKS if callable(getattr(cb, h, None))]
+        if not hooks:
+            raise TypeError(
+                f"callbacks: {type(cb).__name__} has none of on_batch, on_eval, on_end; pass "
+                "objects with those methods (subclass rlkit.training.Callback)"
+            )
+    return tuple(callbacks)
+
+
+def call_back(callbacks: tuple[Any, ...], hook: str, *args: Any, run_dir: Path, frames: int):
+    """``hook(*args)`` of every callback that has it; an exception becomes one
+    :class:`CallbackError` line naming the callback, the hook and what the run kept."""
+    for cb in callbacks:
+        method = getattr(cb, hook, None)
+        if method is None:
+            continue
+        try:
+            method(*args)
+        except Exception as err:
+            name = f"{type(cb).__name__}.{hook}"
+            last = run_dir / "checkpoints" / "last.pt"
+            if hook == "on_end":
+                kept = f"the run is complete, its results are in {run_dir}"
+            elif last.exists():
+                kept = (
+                    f"training stopped, the last checkpoint {str(last)!r} is intact; continue "
+                    f"with --resume last --run-dir {run_dir}"
+                )
+            else:
+                kept = "training stopped, no checkpoint had been written yet"
+            raise CallbackError(
+                f"callback {name} raised {type(err).__name__} at {frames:,} frames: "
+                f"{_first_line(err)}; {kept}"
+            ) from err
+
+
 class Progress:
     """A one-line progress display: a live bar on a terminal, periodic lines otherwise.
 
@@ -318,9 +466,13 @@ class RunLog:
         progress: bool,
         resume_frames: int | None = None,
         scalars: bool = True,
+        loggers: tuple[str, ...] = ("csv", "tensorboard"),
+        mlflow_uri: str | None = None,
     ) -> None:
         self.run_dir, self.enabled, self.scalars = run_dir, enabled, scalars
         self._closed = False
+        #: the trackers besides TensorBoard (``--logger wandb,mlflow``), by name
+        self.trackers: dict[str, Any] = {}
         self.progress = Progress(
             total_frames, enabled=enabled, bar=progress, start=resume_frames or 0
         )
@@ -329,9 +481,65 @@ class RunLog:
         run_dir.mkdir(parents=True, exist_ok=True)
         self.metrics = CsvLog(run_dir / "metrics.csv", resume_frames=resume_frames)
         self.evals = CsvLog(run_dir / "eval.csv", resume_frames=resume_frames)
-        self.tb = _tensorboard(run_dir)
+        self.tb = _tensorboard(run_dir) if "tensorboard" in loggers else None
         if self.tb is not None:
             _quiet_tensorboard_thread()
+        ids = _tracker_ids(run_dir) if resume_frames is not None else {}
+        if "wandb" in loggers:
+            self.trackers["wandb"] = _wandb(run_dir, ids.get("wandb"))
+        if "mlflow" in loggers:
+            self.trackers["mlflow"] = _mlflow(run_dir, mlflow_uri, ids.get("mlflow"))
+
+    def _tracked(self, call: str, *args: Any, skip: tuple[str, ...] = ()) -> None:
+        """``call`` on every tracker (``--logger wandb,mlflow``) but those in ``skip``. A
+        tracker that fails warns in one line and is dropped for the rest of the run: the run
+        directory holds everything it would have."""
+        for name, tracker in list(self.trackers.items()):
+            if name in skip:
+                continue
+            try:
+                getattr(tracker, call)(*args)
+            except Exception as err:
+                del self.trackers[name]
+                self.progress.message(
+                    f"warning: --logger {name} failed ({type(err).__name__}: "
+                    f"{_first_line(err)}); logging on without it, the run directory has "
+                    "every row"
+                )
+
+    def start(self, config: Mapping[str, Any], *, resumed: bool = False) -> None:
+        """The run's config as every tracker's hyperparameters, and the trackers' run ids in
+        ``trackers.json`` (a resumed run logs on into the same runs). MLflow refuses to change
+        a logged parameter, so a resumed run's MLflow run keeps the values it started with
+        (a resume may change only the budget, cadences and logging; ``config.yaml`` has the
+        current values)."""
+        if not (self.enabled and self.trackers):
+            return
+        self._tracked("log_hyperparams", dict(config), skip=("mlflow",) if resumed else ())
+        ids = {}
+        if "wandb" in self.trackers:
+            ids["wandb"] = self.trackers["wandb"].experiment.id
+        if "mlflow" in self.trackers:
+            ids["mlflow"] = self.trackers["mlflow"].run_id
+        path = self.run_dir / TRACKERS_FILE
+        text = json.dumps(ids, indent=2) + "\n"
+        self._write(TRACKERS_FILE, 0, _replace_text, path.with_suffix(".json.tmp"), path, text)
+
+    def log_rows(self, frames: int, rows: list[Mapping[str, Any]]) -> None:
+        """A population's per-member rows of ``metrics.csv`` (a ``member`` column); the
+        trackers get them as one row of ``member<i>/<name>`` metrics."""
+        if not (self.enabled and self.scalars):
+            return
+        self._write("metrics.csv", frames, self.metrics.write_many, rows)
+        self._tracked("log_metrics", _member_scalars(rows), frames)
+
+    def log_eval_rows(self, frames: int, rows: list[Mapping[str, Any]]) -> None:
+        """A population's per-member rows of ``eval.csv``; the trackers get
+        ``member<i>/eval/<column>``."""
+        if not self.enabled:
+            return
+        self._write("eval.csv", frames, self.evals.write_many, rows)
+        self._tracked("log_metrics", _member_scalars([_prefixed(r, "eval/") for r in rows]), frames)
 
     def _write(self, what: str, frames: int, write, *args: Any, **kwargs: Any) -> None:
         """``write(*args, **kwargs)``; an ``OSError`` (itself or behind another error) becomes
@@ -365,6 +573,7 @@ class RunLog:
             self._write(
                 "the TensorBoard events (tb/)", frames, self.tb.log_metrics, scalars, frames
             )
+        self._tracked("log_metrics", _scalars(row), frames)
 
     def log_eval(
         self,
@@ -385,6 +594,7 @@ class RunLog:
             self._write(
                 "the TensorBoard events (tb/)", frames, self.tb.log_metrics, scalars, frames
             )
+        self._tracked("log_metrics", _scalars(_prefixed(row, "eval/")), frames)
         self.progress.message(
             f"eval @ {frames:,} frames: return {mean:.1f} +- {std:.1f} ({train_seconds:.1f} s)"
         )
@@ -399,15 +609,41 @@ class RunLog:
         tmp = path.with_suffix(".json.tmp")
         text = json.dumps(summary, indent=2, default=str) + "\n"
         self._write("summary.json", summary.get("frames", 0), _replace_text, tmp, path, text)
+        # a population's settings (summary["population"]: one aggregate per setting, with
+        # its members), each drawn on its own in curve.png
+        groups = {a["settings"]: a["members"] for a in summary.get("population") or ()}
         try:
             plot_curve(
                 self.run_dir,
                 title=f"{summary.get('algo')} on {summary.get('env')}",
                 deterministic=summary.get("config", {}).get("eval_deterministic", True),
+                groups=groups or None,
             )
         except Exception as err:  # a missing plot must never fail a finished run
             self.progress.message(f"warning: could not draw curve.png: {_first_line(err)}")
+        self._summarise(summary, path)
         self.close("success")
+
+    def _summarise(self, summary: Mapping[str, Any], path: Path) -> None:
+        """The summary's numbers to the trackers: W&B's run summary; MLflow's metrics
+        ``summary/<name>`` at the last step, and ``summary.json`` as an artifact."""
+        if not self.trackers:
+            return
+        numbers = _scalars({k: v for k, v in summary.items() if k != "config"})
+        frames = int(summary.get("frames", 0) or 0)
+        for name, tracker in list(self.trackers.items()):
+            try:
+                if name == "wandb":
+                    tracker.experiment.summary.update(numbers)
+                else:
+                    tracker.log_metrics({f"summary/{k}": v for k, v in numbers.items()}, frames)
+                    tracker.experiment.log_artifact(tracker.run_id, str(path))
+            except Exception as err:
+                del self.trackers[name]
+                self.progress.message(
+                    f"warning: --logger {name} could not take the summary "
+                    f"({type(err).__name__}: {_first_line(err)}); it is in {path}"
+                )
 
     def close(self, status: str) -> None:
         """Close the progress bar and the TensorBoard events (``status``: ``"success"`` from
@@ -422,6 +658,22 @@ class RunLog:
                 self.tb.finalize(status)
             except Exception as err:
                 self.progress.message(f"warning: TensorBoard flush failed: {_first_line(err)}")
+        if self.enabled and self.trackers:
+            self._tracked("finalize", status)
+            wandb = self.trackers.get("wandb")
+            if wandb is not None:  # Lightning's finalize leaves the W&B run open
+                try:
+                    wandb.experiment.finish(exit_code=0 if status == "success" else 1)
+                except Exception as err:
+                    self.progress.message(
+                        f"warning: W&B could not finish its run: {_first_line(err)}"
+                    )
+
+
+def _prefixed(row: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    """An ``eval.csv`` row's columns as ``eval/<column>`` (``frames`` and ``member`` kept)."""
+    keep = ("frames", "member")
+    return {k if k in keep else prefix + k: v for k, v in row.items()}
 
 
 def _replace_text(tmp: Path, path: Path, text: str) -> None:
@@ -442,8 +694,94 @@ def _clean(v: Any) -> Any:
     return v
 
 
-def plot_curve(run_dir: Path, *, title: str, deterministic: bool = True) -> Path | None:
-    """Draw ``curve.png``: evaluation mean +- std and training episode returns vs frames."""
+#: runs of a setting below which no interval is computed or drawn: a percentile bootstrap
+#: over two runs is their [min, max], which is no 95% interval
+MIN_RUNS_FOR_INTERVAL = 3
+
+
+def plot_settings(
+    run_dir: Path,
+    groups: Mapping[str, Sequence[int]],
+    *,
+    title: str,
+    name: str,
+    train: bool = False,
+) -> Path | None:
+    """Draw ``<run-dir>/<name>`` for a population: per setting (``groups``: its label and its
+    members' indices), the IQM over its members of the evaluation return at each evaluation,
+    with the IQM's 95% bootstrap interval as a band from :data:`MIN_RUNS_FOR_INTERVAL`
+    members up, else each member's own curve, thin; with ``train``, the mean training
+    episode return of its members, dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from rlkit.training.stats import bootstrap_ci, iqm
+
+    rows = [r for r in CsvLog(run_dir / "eval.csv").read() if r.get("member") not in (None, "")]
+    trains = []
+    if train:
+        trains = [
+            r
+            for r in CsvLog(run_dir / "metrics.csv").read()
+            if r.get("member") not in (None, "") and r.get("episode_return")
+        ]
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
+    for label, indices in groups.items():
+        members = {str(i) for i in indices}
+        points: dict[float, list[float]] = {}
+        for r in rows:
+            if r["member"] in members and math.isfinite(float(r["return_mean"])):
+                points.setdefault(float(r["frames"]), []).append(float(r["return_mean"]))
+        xs = sorted(points)
+        mid = [iqm(points[x]) for x in xs]
+        n = len(members)
+        line = ax.plot(xs, mid, marker="o", ms=3, label=f"{label} ({n} seed{'s' * (n != 1)})")
+        color = line[0].get_color()
+        if n >= MIN_RUNS_FOR_INTERVAL:
+            bands = [bootstrap_ci(points[x], reps=500) for x in xs]
+            ax.fill_between(
+                xs, [b[0] for b in bands], [b[1] for b in bands], alpha=0.2, color=color
+            )
+        elif n > 1:  # no interval from so few runs: each member's own curve
+            for i in sorted(members, key=int):
+                mine = [r for r in rows if r["member"] == i]
+                xm, ym = [float(r["frames"]) for r in mine], [float(r["return_mean"]) for r in mine]
+                ax.plot(xm, ym, lw=0.8, alpha=0.5, color=color)
+        by_frames: dict[float, list[float]] = {}
+        for r in trains:
+            if r["member"] in members:
+                by_frames.setdefault(float(r["frames"]), []).append(float(r["episode_return"]))
+        if by_frames:
+            xt = sorted(by_frames)
+            yt = [sum(by_frames[x]) / len(by_frames[x]) for x in xt]
+            ax.plot(xt, yt, lw=1, ls="--", alpha=0.5, color=color)
+    ylabel = "eval return (IQM over seeds)" + ("; train, dashed" if train else "")
+    ax.set(xlabel="environment frames per member", ylabel=ylabel, title=title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=7)
+    fig.tight_layout()
+    out = run_dir / name
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def plot_curve(
+    run_dir: Path,
+    *,
+    title: str,
+    deterministic: bool = True,
+    groups: Mapping[str, Sequence[int]] | None = None,
+) -> Path | None:
+    """Draw ``curve.png``: evaluation mean +- std and training episode returns vs frames; for
+    a population (``groups``: each setting's members), one curve per setting
+    (:func:`plot_settings`), never an average over settings."""
+    if groups:
+        return plot_settings(run_dir, groups, title=title, name="curve.png", train=True)
     import matplotlib
 
     matplotlib.use("Agg")
