@@ -99,9 +99,8 @@ ENTROPY_SCHEDULE = ["--num-envs", "4", "--rollout-steps", "32", "--minibatch-siz
 
 ON_POLICY = {
     # CartPole's preset anneals the clip range, and the entropy coefficient is annealed too:
-    # the tensor-hyperparameter path (2 epochs, not the default 20: 8 minibatches per update,
-    # the last epoch with diagnostics, as many graphs, a tenth of the steps)
-    "ppo": [*ENTROPY_SCHEDULE, "--epochs", "2"],
+    # the tensor-hyperparameter path
+    "ppo": ENTROPY_SCHEDULE,
     # V-trace inside the loss, whole-trajectory minibatches
     "impala": ["--num-envs", "4", "--rollout-steps", "16", "--minibatch-size", "32"],
     # two loss modules: the policy phase and the auxiliary phase
