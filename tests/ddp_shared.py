@@ -84,6 +84,7 @@ _POPULATION = _flags(
     "--sweep lr=1e-3,3e-4 --sweep entropy_coef=0.0,0.01"
 )
 _RESUME = ("--resume", "last")
+_DDP_FLAGS = ("--accelerator", "cpu", "--devices", "2", "--strategy", "ddp")
 
 #: every shared run, in the order they run (the first one's output is checked for warnings:
 #: it runs in fresh processes)
@@ -91,6 +92,19 @@ JOBS = [
     # tests/test_subprocess.py::test_ddp_resume_gives_each_rank_its_own_per_rank_state
     Job("ppo-rank-state", _PPO_RANK_STATE, recipe="ppo", keep=True),
     Job("ppo-rank-state-resume", (*_PPO_RANK_STATE, *_RESUME), "ppo", run="ppo-rank-state"),
+    # ... and two resumes from rank files that do not pair (rank 0 prepares the files)
+    Job(
+        "ppo-stale-rank",
+        (*_DDP_FLAGS, *_PPO_RANK_STATE, *_RESUME),
+        call="tests.test_subprocess:resume_after_a_stale_rank_file",
+        keep=True,
+    ),
+    Job(
+        "ppo-mixed-pair",
+        (*_DDP_FLAGS, *_PPO_RANK_STATE, *_RESUME),
+        call="tests.test_subprocess:resume_after_a_one_process_resume",
+        run="ppo-stale-rank",
+    ),
     # tests/test_subprocess.py::test_ddp_resume_gives_each_rank_its_own_replay_buffer
     Job("dqn-buffers", _DQN_BUFFERS, recipe="dqn", keep=True),
     Job("dqn-buffers-resume", (*_DQN_BUFFERS, *_RESUME), "dqn", run="dqn-buffers"),
@@ -176,7 +190,7 @@ JOBS = [
     Job("all-reduce", (), call="tests.test_normalization:all_reduce_on_this_rank"),
 ]
 BY_NAME = {job.name: job for job in JOBS}
-DDP = ("--accelerator", "cpu", "--devices", "2", "--strategy", "ddp")
+DDP = _DDP_FLAGS
 
 
 def with_earlier(names) -> list[Job]:

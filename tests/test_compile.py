@@ -196,6 +196,7 @@ class _AliasedTerms(torch.nn.Module):
         return TensorDict({"loss_fit": 1.0 * v, "fit": v.detach()}, batch_size=[])
 
 
+@pytest.mark.slow  # inductor compiles the loss and its backward: 13 s here
 def test_a_compiled_loss_that_loses_its_gradient_runs_eagerly_with_a_warning():
     from tensordict import TensorDict
 

@@ -174,7 +174,7 @@ class OnAccelerator:
 
 
 LEARNING = {
-    "ppo-cartpole": lambda p: test_learning.test_ppo_solves_cartpole(p),
+    "ppo-cartpole": lambda p: test_learning.ppo_solves_cartpole(p),
     "ppo-pendulum": lambda p: test_learning.test_ppo_learns_pendulum(p),
     "a2c-cartpole": lambda p: test_learning.test_a2c_solves_cartpole(p),
     "rnd-sparse-mountain-car": lambda p: (

@@ -19,7 +19,7 @@ outcome must be one of:
 Anything else (an exception escaping ``cli``, a traceback, a usage dump, another exit code)
 fails the property. Launch fields (where and how a process runs) and ``--env`` are never
 drawn. Examples are derandomised, so CI draws the same combinations every time: 12 per
-recipe (each is a whole run; the fast lane draws them for PPO, DQN and SAC, the slow lane
+recipe (each is a whole run; the fast lane draws them for PPO and DQN, the slow lane
 for the other recipes); ``RLKIT_PROPERTY_EXAMPLES=200`` draws more per recipe for a long
 local search.
 """
@@ -48,8 +48,9 @@ from rlkit.configs.base import field_metadata
 from rlkit.training import cli
 
 EXAMPLES = int(os.environ.get("RLKIT_PROPERTY_EXAMPLES", "12"))
-#: one recipe of each kind in the fast lane: on-policy, off-policy discrete and continuous
-FAST = ("ppo", "dqn", "sac")
+#: one on-policy and one off-policy recipe in the fast lane; SAC's examples (about 11 s for
+#: 12 here) run in the slow lane with the other recipes'
+FAST = ("ppo", "dqn")
 
 #: where and how a process runs, and the env: never drawn
 NOT_DRAWN = frozenset(

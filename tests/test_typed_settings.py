@@ -12,9 +12,7 @@ import copy
 import dataclasses
 import importlib
 import inspect
-import os
 import pickle
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -206,8 +204,15 @@ def test_a_swept_setting_that_no_member_reads_is_refused(tmp_path):
     assert "never read cfg.entropy_coef;" in message, message
 
 
-@pytest.mark.slow  # a subprocess
-def test_a_research_script_exits_2_with_one_line_and_writes_nothing(tmp_path):
+def test_a_research_script_exits_2_with_one_line_and_writes_nothing(tmp_path, monkeypatch):
+    """The script runs as ``python my_ppo.py FLAGS`` would run it (as ``__main__``, from its
+    own directory, through ``cli``'s error handling), in this process: a process of its own
+    cost about 16 s of CPU for its imports; tests/test_subprocess.py runs recipes' refusals
+    in processes."""
+    import contextlib
+    import io
+    import runpy
+
     script = tmp_path / "my_ppo.py"
     script.write_text(
         "from rlkit.configs.ppo import PPOConfig\n"
@@ -227,17 +232,14 @@ def test_a_research_script_exits_2_with_one_line_and_writes_nothing(tmp_path):
         )
     )
     run_dir = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [sys.executable, str(script), *SMALL, "--value-lr", "5e-4", "--run-dir", str(run_dir)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    lines = proc.stderr.strip().splitlines()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", [str(script), *SMALL, "--value-lr", "5e-4",
+                                      "--run-dir", str(run_dir)])  # fmt: skip
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_:
+        runpy.run_path(str(script), run_name="__main__")
+    assert exit_.value.code == 2, err.getvalue()[-2000:]
+    lines = err.getvalue().strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {REFUSAL}__main__.{NEVER_READ}"), lines
     assert not run_dir.exists()
 
