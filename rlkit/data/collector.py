@@ -210,6 +210,11 @@ def _base_parts(env: EnvBase) -> _EnvParts:
     if base.reward_keys != [_REWARD] or set(base.done_keys) != set(_DONE_NAMES):
         raise _unsupported(f"reward keys {base.reward_keys} / done keys {base.done_keys}")
     mask_spec = base.observation_spec[keys.ACTION_MASK] if masked else None
+    to_env_action = (
+        base.structured_to_numpy
+        if structured
+        else functools.partial(base.action_spec.to_numpy, safe=False)
+    )
     if entries != [keys.OBSERVATION]:
         specs = {k: base.observation_spec[k] for k in entries}
         return _EnvParts(
@@ -218,6 +223,7 @@ def _base_parts(env: EnvBase) -> _EnvParts:
             obs_spec=None,
             reward_spec=base.reward_spec,
             action_spec=base.action_spec,
+            to_env_action=to_env_action,
             obs_dtype=np.dtype(np.float32),  # unused: each entry has its own
             reward_dtype=_numpy_dtype(base.reward_spec.dtype),
             copy_obs=not getattr(venv, "copy", True),
@@ -234,11 +240,7 @@ def _base_parts(env: EnvBase) -> _EnvParts:
         obs_spec=obs_spec,
         reward_spec=base.reward_spec,
         action_spec=base.action_spec,
-        to_env_action=(
-            base.structured_to_numpy
-            if structured
-            else functools.partial(base.action_spec.to_numpy, safe=False)
-        ),
+        to_env_action=to_env_action,
         obs_dtype=_numpy_dtype(obs_spec.dtype),
         reward_dtype=_numpy_dtype(base.reward_spec.dtype),
         copy_obs=not getattr(venv, "copy", True),
