@@ -99,3 +99,8 @@ PRESETS["*:continuous"] = dict(_MUJOCO)
 
 #: the config ``recipes/appo.py`` parses (:func:`rlkit.algorithms.recipe`)
 CONFIG = APPOConfig
+# every popgym-* id: PPO's POPGym preset (memory on: a GRU of 64) with V-trace lambda 0.95,
+# in-process collection (no worker processes) and the target copied after every batch
+PRESETS["POPGym/*"] = {k: v for k, v in ppo.PRESETS["POPGym/*"].items() if k not in _PPO_ONLY} | (
+    dict(vtrace_lambda=0.95, tau=1.0, workers=1, sync_collect=True)
+)

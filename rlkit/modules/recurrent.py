@@ -53,6 +53,8 @@ __all__ = [
 
 KINDS = ("lstm", "gru")
 
+_WEIGHTS = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+
 #: What the padding of a sequence call holds (never read: the tests change it and see the
 #: same outputs and gradients).
 PAD_VALUE = 0.0
@@ -157,12 +159,25 @@ class RecurrentCore(TensorDictModuleBase):
         return out, [s.transpose(0, 1) for s in hn]
 
     def _step(self, x, is_init, states):
+        """One step per row through the cell functions on the ``nn.LSTM`` / ``nn.GRU``
+        weights: the same maths as a sequence call, at about half the cost of calling the
+        module for one step (``torch.lstm_cell`` / ``torch.gru_cell``, measured here)."""
         lead = x.shape[:-1]
-        flat = x.reshape(-1, 1, x.shape[-1])
-        keep = (~is_init.reshape(-1)).to(flat.dtype).view(-1, 1, 1)
+        inp = x.reshape(-1, x.shape[-1])
+        keep = (~is_init.reshape(-1)).to(inp.dtype).view(-1, 1, 1)
         start = [s.reshape(-1, *s.shape[-2:]) * keep for s in states]
-        out, after = self._run(flat, start)
-        return out.reshape(*lead, -1), [s.reshape(*lead, *s.shape[-2:]) for s in after]
+        hs, cs = [], []
+        for layer in range(self.num_layers):
+            weights = [getattr(self.rnn, f"{n}_l{layer}") for n in _WEIGHTS]
+            if self.kind == "lstm":
+                h, c = torch.lstm_cell(inp, (start[0][:, layer], start[1][:, layer]), *weights)
+                cs.append(c)
+            else:
+                h = torch.gru_cell(inp, start[0][:, layer], *weights)
+            hs.append(h)
+            inp = h
+        after = [torch.stack(hs, 1)] + ([torch.stack(cs, 1)] if cs else [])
+        return inp.reshape(*lead, -1), [s.reshape(*lead, *s.shape[-2:]) for s in after]
 
     def _sequence(self, x, is_init, states):
         """Rows ``[*, T]`` cut where ``is_init`` (new episodes start from zero), padded, run
