@@ -165,6 +165,8 @@ _BOX = spaces.Box(-1.0, 1.0, (3,), np.float32)
 _SPACES = {
     "MultiDiscreteAction": (_BOX, spaces.MultiDiscrete([2, 3])),
     "MultiBinaryAction": (_BOX, spaces.MultiBinary(3)),
+    "MultiBinary2DAction": (_BOX, spaces.MultiBinary((2, 2))),
+    "NestedDictAction": (_BOX, spaces.Dict({"a": spaces.Dict({"b": spaces.Discrete(2)})})),
     "NestedDictObs": (spaces.Dict({"a": spaces.Dict({"b": _BOX})}), spaces.Discrete(2)),
     "RewardNamedObs": (spaces.Dict({"reward": _BOX}), spaces.Discrete(2)),
     "Float64DictObs": (
@@ -186,8 +188,8 @@ for _name, (_obs, _act) in _SPACES.items():
 @pytest.mark.parametrize(
     ("name", "space"),
     [
-        ("MultiDiscreteAction", "MultiDiscrete"),
-        ("MultiBinaryAction", "MultiBinary"),
+        ("MultiBinary2DAction", "MultiBinary"),
+        ("NestedDictAction", "Dict"),
         ("TupleObs", "Tuple"),
         ("ShiftedDiscrete", "start=1"),
     ],
@@ -196,6 +198,15 @@ def test_unsupported_spaces_named(name, space):
     env_id = f"rlkit-test/{name}-v0"
     with pytest.raises(ValueError, match=rf"'{env_id}' has (observation|action) space .*{space}"):
         make_env(env_id)
+
+
+@pytest.mark.parametrize(
+    ("name", "shape"), [("MultiDiscreteAction", (2, 2)), ("MultiBinaryAction", (2, 3))]
+)
+def test_multidiscrete_and_multibinary_actions_are_taken(name, shape):
+    """Issue 47: tests/test_actions.py covers them from the env to the loss."""
+    env = make_env(f"rlkit-test/{name}-v0", num_envs=2)
+    assert env.rand_step(env.reset())["action"].shape == shape
 
 
 @pytest.mark.parametrize(

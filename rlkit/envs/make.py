@@ -214,14 +214,16 @@ def _check_spaces(env_id: str, venv: gymnasium.vector.VectorEnv) -> None:
             box_vector = not isinstance(entry, spaces.Box) or len(entry.shape) == 1
             if not (_flat_action(entry) and box_vector) or isinstance(entry, spaces.MultiDiscrete):
                 raise ValueError(
-                    f"{env_id!r} has action space {act_space}, whose entry {name!r} is {entry}; "
+                    f"{env_id!r} has action space {' '.join(str(act_space).split())}, whose entry "
+                    f"{name!r} is {' '.join(str(entry).split())}; "
                     "make_env supports Dict / Tuple actions of Discrete, MultiBinary and "
                     "Box(d) entries (flatten nested ones with a gymnasium ActionWrapper)"
                 )
             _check_action_entry(env_id, entry)
     elif not _flat_action(act_space):
+        one_line = " ".join(str(act_space).split())
         raise ValueError(
-            f"{env_id!r} has action space {act_space}; make_env supports Box (continuous), "
+            f"{env_id!r} has action space {one_line}; make_env supports Box (continuous), "
             "Discrete, MultiDiscrete and MultiBinary actions (one dimension) and Dict / Tuple "
             "actions of Discrete, MultiBinary and Box entries"
         )

@@ -18,7 +18,8 @@ step with probability 7/8.
 ``[0, 1]`` and a target point ``t`` in ``[-0.8, 0.8]^2``; the reward is
 ``value[kind] - ||clip(params) - t||^2``, so both parts count: the best kind with the target
 hit scores 7.5 over 10 steps (the mean of the best of 3 uniform values, 0.75, x 10), random
-kinds with the target hit 5, the best kind with random Normal(0, 1) parameters about -1.5.
+kinds with the target hit 5, the best kind aimed at the centre 3.2 (the mean squared distance
+to the target is 0.43), random kinds with Normal(0, 1) aims about -10.
 
 Example:
     >>> import gymnasium, rlkit.envs
