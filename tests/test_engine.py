@@ -352,13 +352,13 @@ def test_continuous_actions_and_observation_normalisation(ppo, tmp_path):
 def test_unsupported_action_space_is_named_before_training(ppo, tmp_path):
     import tests.test_envs  # noqa: F401  (registers rlkit-test/* envs with odd spaces)
 
-    with pytest.raises(ValueError, match=r"action space .*MultiDiscrete"):
+    with pytest.raises(ValueError, match=r"action space .*Dict"):
         ppo.main(
             [
                 *TINY,
                 *QUIET,
                 "--env",
-                "rlkit-test/MultiDiscreteAction-v0",
+                "rlkit-test/NestedDictAction-v0",
                 "--run-dir",
                 str(tmp_path),
             ]
