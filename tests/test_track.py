@@ -134,6 +134,19 @@ def test_mlflow_resumed_run_logs_on_into_the_same_mlflow_run(tmp_path, monkeypat
     assert steps == {32, 64, 96, 128}  # both halves in one MLflow run
 
 
+@pytest.mark.slow
+@pytest.mark.ddp_jobs("ppo-mlflow")  # a shared launch: tests/ddp_shared.py
+def test_ddp_run_is_one_mlflow_run_logged_by_rank_0(ddp_jobs, monkeypatch):
+    pytest.importorskip("mlflow")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # to read it here
+    run = ddp_jobs["ppo-mlflow"]
+    assert run.summary()["frames"] == 512  # two ranks, identical parameters
+    assert len(list((run.dir / "mlruns").glob("*/*/meta.yaml"))) == 1  # one run, rank 0's
+    points, _ = mlflow_points(run.dir)
+    tracked = {p for p in points if not p[0].startswith("summary/")}
+    assert tracked == _finite(expected_points(run.dir))
+
+
 # --------------------------------------------------------------------------- W&B (offline)
 
 
