@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 import json
 import os
 import shutil
@@ -185,6 +186,17 @@ JOBS = [
             "--max-episode-steps 50 --progress false"
         ),
         call="tests.test_own_env:train_corridor",
+    ),
+    # tests/test_track.py: --logger mlflow on two ranks (rank 0 logs; refused in one line on
+    # both ranks where mlflow is not installed, and the test skips)
+    Job(
+        "ppo-mlflow",
+        _flags(
+            "--total-frames 512 --num-envs 2 --rollout-steps 32 --minibatch-size 32 --epochs 1 "
+            "--eval-every 256 --eval-episodes 2 --progress false --logger csv,mlflow"
+        ),
+        recipe="ppo",
+        expect=0 if importlib.util.find_spec("mlflow") else 2,
     ),
     # tests/test_normalization.py: RunningMeanStd.all_reduce_ in a gloo group of its own
     Job("all-reduce", (), call="tests.test_normalization:all_reduce_on_this_rank"),

@@ -34,7 +34,7 @@ def final_returns(run_dir):
 
 def sweep(tmp_path, capsys, monkeypatch, seeds):
     from rlkit.algorithms import ppo
-    from rlkit.training import runlog
+    from rlkit.training import population, runlog
 
     drawn = []
     plot = runlog.plot_settings
@@ -43,7 +43,8 @@ def sweep(tmp_path, capsys, monkeypatch, seeds):
         drawn.append((kw["name"], {k: list(v) for k, v in groups.items()}))
         return plot(run_dir, groups, **kw)
 
-    monkeypatch.setattr(runlog, "plot_settings", record)
+    monkeypatch.setattr(runlog, "plot_settings", record)  # curve.png
+    monkeypatch.setattr(population, "plot_settings", record)  # population.png
     run_dir = tmp_path / "sweep"
     argv = [*FLAGS, "--population-seeds", str(seeds), "--run-dir", str(run_dir)]
     summary = ppo.main(argv)

@@ -5,7 +5,9 @@ Layout of ``<run-dir>``::
     config.yaml      the resolved config
     metrics.csv      training metrics, one row per logged batch, x-axis ``frames``
     eval.csv         evaluation results: frames, train_seconds, return_mean, return_std
-    tb/              TensorBoard events (when tensorboard is installed)
+    tb/              TensorBoard events (when tensorboard is installed; --logger)
+    wandb/, mlruns/  --logger wandb / mlflow: the W&B offline run, MLflow's file store
+    trackers.json    the trackers' run ids (a resume logs on into the same runs)
     checkpoints/     last.pt, snapshots and best.pt (with --snapshot-best)
     curve.png        learning curve (evaluation and training episode returns vs frames)
     summary.json     final figures of the run
