@@ -73,6 +73,8 @@ def fps_phase(args) -> dict:
     names = args.pairs
     rows: dict[str, list[float]] = {name: [] for name in names}
     cpu_rows: dict[str, list[float]] = {name: [] for name in names}
+    for name in names:  # warm-up, not recorded: imports and first-call costs
+        _run("ppo", [*PAIRS[name], "--total-frames", "512", "--eval-every", "0"])
     for r in range(args.repeats):
         order = list(names) if r % 2 == 0 else list(reversed(names))
         for name in order:
