@@ -13,7 +13,10 @@ both entries scores 8, one of them at most 4 (half the steps), random play 2.
 
 Phase "fps": PPO (rlkit's defaults: 8 envs x 32 steps, 20 epochs, minibatch 256, 64x64 tanh
 networks), ``--fps-frames`` frames without evaluation, frames/s of training (collection and
-updates, the run summary's ``fps``), one torch thread. Pairs, run alternately in one process
+updates, the run summary's ``fps``), one torch thread; and frames per CPU second of this
+process (``time.process_time`` around the whole run: build, collection, updates, the final
+one-episode evaluation), which other jobs on a shared machine disturb far less than the wall
+clock. Pairs, run alternately in one process
 (the order swapped every repeat), so a busy machine slows both sides alike:
 
 - ``dict`` ``{"image": uint8 [10, 10, 4], "vector": float32 [16]}`` with ``--encoder flatten``
@@ -69,20 +72,35 @@ def _run(recipe: str, flags: list[str]) -> dict:
 def fps_phase(args) -> dict:
     names = args.pairs
     rows: dict[str, list[float]] = {name: [] for name in names}
+    cpu_rows: dict[str, list[float]] = {name: [] for name in names}
+    for name in names:  # warm-up, not recorded: imports and first-call costs
+        _run("ppo", [*PAIRS[name], "--total-frames", "512", "--eval-every", "0"])
     for r in range(args.repeats):
         order = list(names) if r % 2 == 0 else list(reversed(names))
         for name in order:
             flags = [*PAIRS[name], "--total-frames", str(args.fps_frames), "--eval-every", "0"]
             flags += ["--eval-episodes", "1", "--checkpoint-every", "0", "--seed", str(r)]
+            cpu = time.process_time()
             summary = _run("ppo", flags)
+            cpu = time.process_time() - cpu
             rows[name].append(summary["fps"])
-            print(f"repeat {r} {name}: {summary['fps']:.0f} frames/s", flush=True)
+            cpu_rows[name].append(summary["frames"] / cpu)
+            print(
+                f"repeat {r} {name}: {summary['fps']:.0f} frames/s, "
+                f"{summary['frames'] / cpu:.0f} frames per CPU second",
+                flush=True,
+            )
     out: dict = {"fps": rows, "median_fps": {k: statistics.median(v) for k, v in rows.items()}}
+    out["frames_per_cpu_second"] = cpu_rows
+    out["median_frames_per_cpu_second"] = {k: statistics.median(v) for k, v in cpu_rows.items()}
     for name in names:
         if name != "flat":
             ratios = [d / f for d, f in zip(rows[name], rows["flat"], strict=True)]
             out[f"ratio_{name}_over_flat"] = ratios
             out[f"median_ratio_{name}_over_flat"] = statistics.median(ratios)
+            cpu = [d / f for d, f in zip(cpu_rows[name], cpu_rows["flat"], strict=True)]
+            out[f"cpu_ratio_{name}_over_flat"] = cpu
+            out[f"median_cpu_ratio_{name}_over_flat"] = statistics.median(cpu)
     return out
 
 

@@ -427,6 +427,8 @@ class VectorEnvCollector:
       ``keys.LOC`` / ``keys.SCALE``, ...) and ``("collector", "traj_ids")`` ``[N, T]``;
       with a Dict observation ``{"observation", "action_mask"}`` (a masked-action env,
       ``docs/actions.md``) also ``keys.ACTION_MASK`` ``[N, T, n]``, the mask the policy read;
+      with a Dict observation of other entries (``make_env`` writes each under its own key)
+      each entry ``[N, T, *E]`` in place of ``keys.OBSERVATION``, and under ``"next"`` too;
     - ``"next"``: ``keys.NEXT_OBSERVATION`` (the true observation reached, also at done
       steps), ``keys.REWARD`` (after ``RewardNorm`` if the env has one), ``keys.DONE`` /
       ``keys.TERMINATED`` / ``keys.TRUNCATED``, ``keys.EPISODE_RETURN`` (undiscounted, in

@@ -125,7 +125,7 @@ class EntryNorms(nn.Module):
     """One :class:`RunningMeanStd` per normalised (float vector) entry of a Dict observation.
 
     The learner calls :meth:`update_from` with each batch (as it calls ``update`` on the
-    flat path's single one); the encoders read ``stats(key)``.
+    flat path's single one); the encoders read :meth:`of` ``(key)``.
     """
 
     def __init__(self, entries: Sequence[ObsEntry]) -> None:
