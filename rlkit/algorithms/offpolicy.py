@@ -296,7 +296,7 @@ class OffPolicyLearner(Learner):
             return pending.get("format") == FRAME_REPLAY_FORMAT
         if mode != "auto" or batch is None:
             return mode == "true"
-        if self.obs_entries is not None:  # a Dict observation: every entry stored as it is
+        if getattr(self, "obs_entries", None) is not None:  # a Dict observation: stored as is
             return False
         obs = batch.get(keys.OBSERVATION)
         image = obs.dtype == torch.uint8 and obs.dim() - batch.batch_dims >= 2
@@ -313,7 +313,7 @@ class OffPolicyLearner(Learner):
         """
         n = self.n_steps
         masks = [k for k in MASK_KEYS if batch.get(k, None) is not None]
-        stored, read, entries = STORED, NSTEP_READ, self.obs_entries
+        stored, read, entries = STORED, NSTEP_READ, getattr(self, "obs_entries", None)
         if entries is not None:  # a Dict observation: every entry and its next entry
             both = [*entries, *((keys.NEXT, k) for k in entries)]
             stored = (*(k for k in STORED if k not in _OBS_PAIR), *both)
