@@ -73,6 +73,10 @@ class Memory:
         observation from the critic's state after the step
         (:func:`~rlkit.modules.recurrent.next_state_values`). Nothing when the critic has no
         memory (the estimator computes it as usual)."""
+        if batch.batch_dims == 2 and keys.TIME_DIM_NAME not in batch.names:
+            # a batch [N, T] saved and loaded without its names: the cores read it as
+            # sequences, as the collector's named batch (never as N x T single steps)
+            batch.refine_names(None, keys.TIME_DIM_NAME)
         if not self.critic_state or keys.NEXT_STATE_VALUE in batch.keys(True):
             return
         batch.set(keys.NEXT_STATE_VALUE, next_state_values(self.critic, batch))
