@@ -423,3 +423,22 @@ def test_the_docs_page_runs(capsys):
     exec(compile(block, "docs/memory.md", "exec"), {})
     out = capsys.readouterr().out
     assert "tensor([0., 1., 2., 3.])" in out
+
+
+def test_a_dict_observation_with_memory_is_refused_in_one_line():
+    class TwoEntries(gymnasium.Env):
+        observation_space = gymnasium.spaces.Dict(
+            {"a": gymnasium.spaces.Box(-1.0, 1.0, (2,)), "b": gymnasium.spaces.Box(-1.0, 1.0, (3,))}
+        )
+        action_space = gymnasium.spaces.Discrete(2)
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            return self.observation_space.sample(), {}
+
+        def step(self, action):
+            return self.observation_space.sample(), 0.0, True, False, {}
+
+    env = make_env(TwoEntries, num_envs=2, seed=0)
+    with pytest.raises(ValueError, match=r"^--recurrent reads one 'observation' entry.*is a Dict"):
+        recurrent_actor_critic(env, kind="gru", size=8)

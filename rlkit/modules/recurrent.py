@@ -341,9 +341,15 @@ def recurrent_actor_critic(
     batch = tuple(env.batch_size)
     shape = obs_shape(env)
     obs_norm = None
+    if shape is None:
+        raise ValueError(
+            "--recurrent reads one 'observation' entry, and this env's observation is a Dict "
+            "(--obs-keys' encoder has no recurrent form yet): flatten it (gymnasium's "
+            "FlattenObservation) or drop --recurrent (docs/memory.md)"
+        )
     if encoder != "mlp":
         shape = image_obs_shape(env, encoder, normalize_obs=normalize_obs)
-    elif shape is None or len(shape) != 1:
+    elif len(shape) != 1:
         raise ValueError(
             f"--recurrent reads a flat observation vector (or an image with --encoder), and "
             f"this env's observation has shape {shape}: flatten it or choose an --encoder"
