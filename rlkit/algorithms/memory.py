@@ -54,7 +54,7 @@ class Memory:
             or sequence_length < 1
         ):
             raise ValueError(
-                f"--sequence-length must be a positive int (or 0: whole rows), got "
+                f"--sequence-length must be a positive int (or None: whole rows), got "
                 f"{sequence_length!r}"
             )
         if self.on and sequence_length and minibatch_size and minibatch_size % sequence_length:

@@ -69,7 +69,7 @@ from rlkit.data.errors import EnvFault
 from rlkit.modules.compat import check_env_compat
 from rlkit.modules.direct import actor_sample, sampled_keys
 from rlkit.modules.normalization import ObservationNorm, RewardNorm
-from rlkit.modules.recurrent import carried_state, scratch_keys
+from rlkit.modules.recurrent import carried_state, initial_state, reset_rows, scratch_keys
 
 __all__ = [
     "EpisodeBatches",
@@ -578,7 +578,7 @@ class VectorEnvCollector:
         mask = td.get(keys.ACTION_MASK) if p.mask_spec is not None else None
         state = _State(obs, ret, steps, np.arange(n, dtype=np.int64), next_traj_id=n, mask=mask)
         if self._carried:  # every sub-env starts an episode: zero state, is_init True
-            state.memory = {k: torch.zeros(n, *s) for k, s in self._carried.items()}
+            state.memory = initial_state(self._carried, [n])
             state.is_init = torch.ones(n, 1, dtype=torch.bool)
         return state
 
@@ -833,8 +833,7 @@ class VectorEnvCollector:
         if s.step_count is not None:
             s.step_count = np.where(done, 0, s.step_count)
         if s.memory is not None:  # a new episode starts from a zero state
-            keep = ~rows
-            s.memory = {k: v * keep.view(-1, *([1] * (v.dim() - 1))) for k, v in s.memory.items()}
+            s.memory = reset_rows(s.memory, rows)
         count = int(done.sum())
         s.traj_ids = s.traj_ids.copy()
         s.traj_ids[done] = np.arange(s.next_traj_id, s.next_traj_id + count)

@@ -46,6 +46,7 @@ __all__ = [
     "is_recurrent",
     "next_state_values",
     "recurrent_actor_critic",
+    "reset_rows",
     "scratch_keys",
     "sequence_mode",
     "state_keys",
@@ -299,6 +300,13 @@ def initial_state(
     """Zero states for ``batch`` envs (``{key: [*batch, *shape]}``)."""
     batch = tuple(batch)
     return {k: torch.zeros(*batch, *shape, device=device) for k, shape in shapes.items()}
+
+
+def reset_rows(state: Mapping[NestedKey, torch.Tensor], rows: torch.Tensor) -> dict:
+    """``state`` (``{key: [N, *S]}``) with the rows where ``rows`` (bool ``[N]``) is True
+    set to zero: the envs whose episode starts anew."""
+    keep = ~rows.reshape(-1)
+    return {k: v * keep.view(-1, *([1] * (v.dim() - 1))) for k, v in state.items()}
 
 
 # --------------------------------------------------------------------------- builders

@@ -146,11 +146,11 @@ class Carry:
     state the policy wrote under ``("next", key)`` carried to the next step otherwise."""
 
     def __init__(self, policy: nn.Module, td) -> None:
-        from rlkit.modules.recurrent import carried_state
+        from rlkit.modules.recurrent import carried_state, initial_state
 
         self.shapes = carried_state(policy)
         batch = tuple(td.batch_size)
-        self.state = {k: torch.zeros(*batch, *s, device=td.device) for k, s in self.shapes.items()}
+        self.state = initial_state(self.shapes, batch, device=td.device)
         self.is_init = torch.ones(*batch, 1, dtype=torch.bool, device=td.device)
 
     def start(self, td):
@@ -170,10 +170,10 @@ class Carry:
         """Episodes that ended (``done`` ``[*, 1]``) start the next step from zero."""
         if not self.shapes:
             return
+        from rlkit.modules.recurrent import reset_rows
+
         self.is_init = done.reshape(self.is_init.shape).bool()
-        keep = ~self.is_init
-        for k, v in self.state.items():
-            self.state[k] = v * keep.view(*keep.shape[:-1], *([1] * (v.dim() - keep.dim() + 1)))
+        self.state = reset_rows(self.state, self.is_init)
 
 
 @torch.no_grad()
