@@ -79,3 +79,34 @@ class ImageVector(gymnasium.Env):
         frame = np.zeros((*self.shape[:2], 3), np.uint8)
         frame[..., :2] = self._image[..., :2]
         return frame
+
+
+class TwoVectors(gymnasium.Env):
+    """The same game with no image: a Discrete entry ``"bit"`` (``a``) and the vector
+    ``[4]`` (``b`` one-hot, then noise). Action ``2 a + b`` pays +1; 8 steps; a policy that
+    reads both entries scores 8, one entry at most 4, a random one 2."""
+
+    def __init__(self, render_mode: str | None = None) -> None:
+        self.render_mode = render_mode
+        self.observation_space = spaces.Dict(
+            {"bit": spaces.Discrete(2), "vector": spaces.Box(-1.0, 1.0, (4,), np.float32)}
+        )
+        self.action_space = spaces.Discrete(4)
+        self._t, self._a, self._b = 0, 0, 0
+
+    def _draw(self):
+        self._a, self._b = int(self.np_random.integers(2)), int(self.np_random.integers(2))
+        vector = np.zeros(4, np.float32)
+        vector[self._b] = 1.0
+        vector[2:] = self.np_random.uniform(-1.0, 1.0, 2)
+        return {"bit": self._a, "vector": vector}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._t = 0
+        return self._draw(), {}
+
+    def step(self, action):
+        reward = float(int(action) == 2 * self._a + self._b)
+        self._t += 1
+        return self._draw(), reward, self._t >= EPISODE, False, {}

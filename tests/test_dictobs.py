@@ -155,13 +155,62 @@ def test_obs_keys_named_twice_is_refused_by_the_config():
     assert cfg.obs_keys == ("image", "vector")
 
 
-def test_svpg_refuses_a_dict_observation_in_one_line_naming_the_recipes(tmp_path):
+def test_svpg_refuses_an_image_entry_in_one_line_naming_the_recipes(tmp_path):
     from tests.test_engine import load_recipe
 
     flags = ["--env", ENV, "--num-envs", "4", "--eval-episodes", "4", "--total-frames", "64"]
     flags += ["--progress", "false", "--run-dir", str(tmp_path / "run")]
-    with pytest.raises(ValueError, match=r"^svpg's particles .* are ppo, a2c, ppg, impala"):
+    with pytest.raises(ValueError, match=r"^observation entry 'image' .* svpg's particles read "):
         load_recipe("svpg").main(flags)
+
+
+def test_svpg_particles_read_a_dict_observation_as_each_particle_alone():
+    """The stacked particles on Dict entries: row r's logits and value are those of particle
+    ``floor(r P / N)`` run alone (a per-row loop over the members), for P | N and P not | N."""
+    from rlkit.envs import make_env
+    from rlkit.modules.particles import (
+        _network_slot,
+        build_particles,
+        particle_index,
+        particle_member,
+    )
+
+    env = make_env("tests.dictobs_task:TwoVectors", num_envs=1, seed=0)
+    torch.manual_seed(0)
+    actor, critic = build_particles(env, num_particles=3, hidden=(8,), obs_keys=["bit", "vector"])
+    assert list(actor.in_keys) == ["bit", "vector"]
+    for rows in (6, 4):
+        td = TensorDict(
+            {"bit": torch.randint(0, 2, (rows,)), "vector": torch.randn(rows, 4)}, [rows]
+        )
+        logits = actor(td.clone())["logits"]
+        values = critic(td.clone())["state_value"]
+        owner = particle_index(rows, 3)
+        for r in range(rows):
+            one = td[r : r + 1].clone()
+            p = int(owner[r])
+            torch.testing.assert_close(
+                particle_member(actor, p)(one.clone())["logits"][0], logits[r]
+            )
+            torch.testing.assert_close(
+                particle_member(critic, p)(one.clone())["state_value"][0], values[r]
+            )
+            # by hand: the one-hot bit, then the vector, into particle p's own layers
+            head = _network_slot(particle_member(actor, p)).module[1]
+            x = torch.cat([torch.nn.functional.one_hot(td["bit"][r], 2).float(), td["vector"][r]])
+            torch.testing.assert_close(head(x), logits[r])
+    env.close()
+
+
+@pytest.mark.slow
+def test_svpg_learns_a_dict_observation_task(tmp_path):
+    """Both entries are needed: 8 is perfect, one entry alone at most 4, random 2."""
+    from tests.test_engine import load_recipe
+
+    flags = ["--env", "tests.dictobs_task:TwoVectors", "--seed", "3", "--total-frames", "12288"]
+    flags += ["--eval-episodes", "8", "--progress", "false", "--run-dir", str(tmp_path / "r")]
+    summary = load_recipe("svpg").main(flags)
+    assert summary["eval_return_mean"] >= 6.0, summary["eval_return_mean"]
 
 
 def _hand_moments(rows: np.ndarray, epsilon: float = 1e-4):

@@ -20,7 +20,7 @@ from rlkit.algorithms._parts import gae_part, make_part
 from rlkit.configs import svpg as _config
 from rlkit.configs.svpg import PRESETS, SVPGConfig
 from rlkit.modules.composite import refuse_structured
-from rlkit.modules.dictobs import DICT_OBS_RECIPES, resolve_obs_keys
+from rlkit.modules.dictobs import resolve_obs_keys
 from rlkit.modules.masks import mask_key_of, refuse_mask
 from rlkit.modules.particles import (
     ParticlePolicy,
@@ -365,15 +365,12 @@ def build(cfg: SVPGConfig, env, *, loss_cls=None, estimator_cls=None) -> SVPGLea
     refuse_structured(env, "svpg (its networks take Discrete or Box actions)")
     if mask_key_of(env.observation_spec) is not None:
         raise refuse_mask("svpg (its particles' stacked policies)")
-    entries = resolve_obs_keys(env, cfg.obs_keys)
-    if entries is not None:
-        raise ValueError(
-            f"svpg's particles (stacked networks) read one 'observation', and this env's "
-            f"observation is a Dict (entries {', '.join(map(repr, entries))}): the recipes that "
-            f"read Dict observations are {DICT_OBS_RECIPES} (docs/actions.md)"
-        )
     actor, critic = build_particles(
-        env, num_particles=cfg.particles, hidden=cfg.hidden, activation=cfg.activation
+        env,
+        num_particles=cfg.particles,
+        hidden=cfg.hidden,
+        activation=cfg.activation,
+        obs_keys=resolve_obs_keys(env, cfg.obs_keys),
     )
     estimator = gae_part(estimator_cls, GAE, cfg, critic, where="svpg.build")
     loss = particle_loss(cfg, actor, critic, loss_cls=loss_cls)

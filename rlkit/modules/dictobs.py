@@ -46,7 +46,8 @@ __all__ = [
 ]
 
 
-#: The recipes whose networks read a Dict observation (svpg's stacked particles do not).
+#: The recipes whose networks read any Dict observation, images included (svpg's stacked
+#: particles read its vector and Discrete entries only).
 DICT_OBS_RECIPES = "ppo, a2c, ppg, impala, appo, daac, rnd, dqn and sac (and population members)"
 
 

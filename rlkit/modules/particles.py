@@ -109,18 +109,22 @@ class StackedNetworks(nn.Module):
     def num_particles(self) -> int:
         return self.stacked[0].shape[0]
 
-    def _call(self, params: dict[str, Tensor], x: Tensor) -> Output:
-        return torch.func.functional_call(self._base[0], params, (x,))
+    def _call(self, params: dict[str, Tensor], *xs: Tensor) -> Output:
+        return torch.func.functional_call(self._base[0], params, xs)
 
-    def forward(self, x: Tensor) -> Output:
-        if x.shape[0] != self.num_particles:
-            raise ValueError(
-                f"StackedNetworks expects the particle dim first: input of shape "
-                f"{list(x.shape)} for {self.num_particles} particles (use ParticleRouter "
-                "for [rows, ...] inputs)"
-            )
+    def forward(self, *xs: Tensor) -> Output:
+        """``xs``: one input (a flat observation) or several (a Dict observation's entries,
+        the architecture a :class:`~rlkit.modules.dictobs.MultiInputSequential`), each
+        particle first."""
+        for x in xs:
+            if x.shape[0] != self.num_particles:
+                raise ValueError(
+                    f"StackedNetworks expects the particle dim first: input of shape "
+                    f"{list(x.shape)} for {self.num_particles} particles (use ParticleRouter "
+                    "for [rows, ...] inputs)"
+                )
         params = dict(zip(self.names, self.stacked))
-        return torch.vmap(self._call)(params, x)
+        return torch.vmap(self._call)(params, *xs)
 
     def member(self, index: int) -> nn.Module:
         """Particle ``index``'s network as a stand-alone module of the architecture (a copy
@@ -177,14 +181,14 @@ class ParticleRouter(nn.Module):
         super().__init__()
         self.networks = networks
 
-    def forward(self, x: Tensor) -> Output:
-        n, p = x.shape[0], self.networks.num_particles
+    def forward(self, *xs: Tensor) -> Output:
+        n, p = xs[0].shape[0], self.networks.num_particles
         if n % p == 0:
-            out = self.networks(x.reshape(p, n // p, *x.shape[1:]))
+            out = self.networks(*(x.reshape(p, n // p, *x.shape[1:]) for x in xs))
             return _map(lambda o: o.reshape(n, *o.shape[2:]), out)
-        out = self.networks(x.unsqueeze(0).expand(p, *x.shape))
-        rows = torch.arange(n, device=x.device)
-        owner = particle_index(n, p, device=x.device)
+        out = self.networks(*(x.unsqueeze(0).expand(p, *x.shape) for x in xs))
+        rows = torch.arange(n, device=xs[0].device)
+        owner = particle_index(n, p, device=xs[0].device)
         return _map(lambda o: o[owner, rows], out)
 
 
@@ -264,15 +268,45 @@ class ParticlePolicy(TensorDictModuleBase):
 
 
 def build_particles(
-    env, *, num_particles: int, hidden: Sequence[int] = (64, 64), activation: str = "tanh"
+    env,
+    *,
+    num_particles: int,
+    hidden: Sequence[int] = (64, 64),
+    activation: str = "tanh",
+    obs_keys: Sequence[str] | None = None,
 ) -> tuple[nn.Module, nn.Module]:
     """``num_particles`` independently initialised actors and V critics sized from ``env``,
-    as two ensembles (:func:`particle_ensemble`): ``(actor, critic)``."""
+    as two ensembles (:func:`particle_ensemble`): ``(actor, critic)``.
+
+    ``obs_keys``: a Dict observation's chosen entries (from
+    :func:`~rlkit.modules.dictobs.resolve_obs_keys`; None: one ``"observation"``): each
+    particle's networks read them through their own
+    :class:`~rlkit.modules.dictobs.DictObsEncoder` (vector and Discrete entries; an image
+    entry is refused in one line, the particles have no image encoder)."""
     from rlkit.modules import make_actor, make_value
+    from rlkit.modules.dictobs import DICT_OBS_RECIPES, dict_obs_encoder
 
     _check_num_particles(num_particles)
     net = dict(hidden=tuple(hidden), activation=activation)
     obs_spec, act_spec = env.observation_spec, env.action_spec
+    if obs_keys is not None:
+
+        def entries() -> dict:
+            try:
+                enc = dict_obs_encoder(env, obs_keys)
+            except ValueError as err:
+                if "is an image" not in str(err):
+                    raise
+                raise ValueError(
+                    f"{str(err).split(';')[0]}: svpg's particles read vector and Discrete "
+                    f"entries (no image encoder); choose others with --obs-keys, or use one "
+                    f"of {DICT_OBS_RECIPES}, whose networks take images"
+                ) from None
+            return dict(backbone=enc, in_features=enc.out_features, obs_key=list(obs_keys))
+
+        actors = [make_actor(obs_spec, act_spec, **entries(), **net) for _ in range(num_particles)]
+        critics = [make_value(obs_spec, **entries(), **net) for _ in range(num_particles)]
+        return particle_ensemble(actors), particle_ensemble(critics)
     actors = [make_actor(obs_spec, act_spec, **net) for _ in range(num_particles)]
     critics = [make_value(obs_spec, **net) for _ in range(num_particles)]
     return particle_ensemble(actors), particle_ensemble(critics)
