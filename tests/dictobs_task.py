@@ -110,3 +110,42 @@ class TwoVectors(gymnasium.Env):
         reward = float(int(action) == 2 * self._a + self._b)
         self._t += 1
         return self._draw(), reward, self._t >= EPISODE, False, {}
+
+
+class MaskedImage(gymnasium.Env):
+    """A uint8 image ``[5, 5, 1]`` with one lit pixel in column ``c`` of 4, and a mask that
+    allows actions ``c`` and ``(c + 1) % 4`` only (the gymnasium convention: a Dict of
+    ``"observation"`` and ``"action_mask"``). Action ``c`` pays +1; a masked action would
+    end the episode (the test asserts it is never taken). 8 steps."""
+
+    def __init__(self, render_mode: str | None = None) -> None:
+        self.render_mode = render_mode
+        self.observation_space = spaces.Dict(
+            {
+                "observation": spaces.Box(0, 255, (5, 5, 1), np.uint8),
+                "action_mask": spaces.MultiBinary(4),
+            }
+        )
+        self.action_space = spaces.Discrete(4)
+        self._t, self._c = 0, 0
+
+    def _draw(self):
+        self._c = int(self.np_random.integers(4))
+        image = np.zeros((5, 5, 1), np.uint8)
+        image[int(self.np_random.integers(5)), self._c, 0] = 255
+        mask = np.zeros(4, np.int8)
+        mask[[self._c, (self._c + 1) % 4]] = 1
+        return {"observation": image, "action_mask": mask}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._t = 0
+        return self._draw(), {}
+
+    def step(self, action):
+        allowed = {self._c, (self._c + 1) % 4}
+        if int(action) not in allowed:
+            raise AssertionError(f"masked action {int(action)} taken (allowed {allowed})")
+        reward = float(int(action) == self._c)
+        self._t += 1
+        return self._draw(), reward, self._t >= EPISODE, False, {}

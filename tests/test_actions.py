@@ -402,3 +402,20 @@ def test_population_members_act_with_dict_actions(tmp_path):
     members = json.loads((tmp_path / "r" / "population.json").read_text())["members"]
     assert len(members) == 2
     assert all(math.isfinite(m["eval_return_mean"]) for m in members), members
+
+
+def test_copybits_pays_the_fraction_of_bits_copied():
+    """rlkit/CopyBits-v0 (the MultiBinary learning task): by hand, the observed bits copied
+    pay 1 a step, their complement 0, one bit wrong 5/6."""
+    import gymnasium
+
+    env = gymnasium.make("rlkit/CopyBits-v0")
+    obs, _ = env.reset(seed=4)
+    bits = (obs > 0).astype(np.int8)
+    obs2, reward, *_ = env.step(bits)
+    assert reward == 1.0
+    assert env.step(1 - (obs2 > 0).astype(np.int8))[1] == 0.0
+    obs4 = env.step(bits)[0]
+    one_off = (obs4 > 0).astype(np.int8)
+    one_off[0] ^= 1
+    assert abs(env.step(one_off)[1] - 5 / 6) < 1e-12

@@ -623,3 +623,28 @@ def test_a_resumed_run_whose_envs_restart_truncates_the_stored_streams():
     with pytest.raises(ValueError, match="continue the previous one"):  # only once
         new.batch(1)
         restored.extend(new.batch(2))
+
+
+def test_a_masked_image_env_is_stored_whole_under_auto_with_one_line_and_refused_under_true(
+    tmp_path, caplog
+):
+    """--frame-replay auto on uint8 images with an action mask: the transitions (with their
+    masks) are stored whole, and one warning line says so; --frame-replay true refuses in
+    one line. The env raises if a masked action is ever taken."""
+    import logging
+
+    from tests.test_engine import load_recipe
+
+    flags = ["--env", "tests.dictobs_task:MaskedImage", "--encoder", "flatten", "--seed", "0"]
+    flags += ["--total-frames", "256", "--learning-starts", "64", "--eval-episodes", "2"]
+    flags += ["--progress", "false", "--num-envs", "2"]
+    with caplog.at_level(logging.WARNING):
+        load_recipe("dqn").main([*flags, "--run-dir", str(tmp_path / "auto")])
+    lines = [
+        r.getMessage() for r in caplog.records if "frame replay does not store" in r.getMessage()
+    ]
+    assert len(lines) == 1, lines
+    with pytest.raises(ValueError, match=r"^the frame replay \(--frame-replay true.*auto or false"):
+        load_recipe("dqn").main(
+            [*flags, "--frame-replay", "true", "--run-dir", str(tmp_path / "t")]
+        )

@@ -44,6 +44,7 @@ dropped. No algorithm maths lives here: :class:`~rlkit.objectives.DQNLoss` and
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -65,6 +66,8 @@ from rlkit.training import schedules
 from rlkit.training.engine import Context, Learner
 from rlkit.training.schedules import LRSchedule
 from rlkit.training.update import LossContractError, MeanMetrics
+
+_log = logging.getLogger(__name__)
 
 
 class OffPolicyLearner(Learner):
@@ -239,8 +242,9 @@ class OffPolicyLearner(Learner):
             if self._use_frame_replay(batch):
                 if batch is not None and batch.get(keys.ACTION_MASK, None) is not None:
                     raise ValueError(
-                        "the frame replay (--frame-replay, uint8 images) stores no action "
-                        "masks: pass --frame-replay false to store them with the transitions"
+                        "the frame replay (--frame-replay true, uint8 images) stores no action "
+                        "masks: pass --frame-replay auto or false to store them with the "
+                        "transitions"
                     )
                 self.replay = FrameReplay(
                     self.buffer_size,
@@ -300,6 +304,15 @@ class OffPolicyLearner(Learner):
             return False
         obs = batch.get(keys.OBSERVATION)
         image = obs.dtype == torch.uint8 and obs.dim() - batch.batch_dims >= 2
+        if image and not self.prioritized and batch.get(keys.ACTION_MASK, None) is not None:
+            # the frame replay keeps frames once and no masks: a masked image env is stored
+            # as transitions (more memory per frame), and says so
+            _log.warning(
+                "warning: --frame-replay auto: the env writes action masks, which the frame "
+                "replay does not store, so transitions are stored whole (about "
+                f"{2 * self._frame_stack()}x the memory per step for stacked frames)"
+            )
+            return False
         return image and not self.prioritized
 
     def transitions(self, batch: TensorDictBase) -> TensorDictBase:

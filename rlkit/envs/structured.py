@@ -21,6 +21,11 @@ hit scores 7.5 over 10 steps (the mean of the best of 3 uniform values, 0.75, x 
 kinds with the target hit 5, the best kind aimed at the centre 3.2 (the mean squared distance
 to the target is 0.43), random kinds with Normal(0, 1) aims about -10.
 
+``rlkit/CopyBits-v0`` (:class:`CopyBitsEnv`), MultiBinary actions: the observation is 6 bits
+(as floats in ``{-1, 1}``), the action ``MultiBinary(6)``; each bit copied pays 1/6, so a
+perfect step pays 1 and 10 steps score 10, random play 5, a policy that copies each bit with
+probability 0.9 scores 9.
+
 Example:
     >>> import gymnasium, rlkit.envs
     >>> env = gymnasium.make("rlkit/HybridReach-v0")
@@ -35,7 +40,7 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["HybridReachEnv", "MultiPickEnv"]
+__all__ = ["CopyBitsEnv", "HybridReachEnv", "MultiPickEnv"]
 
 
 class MultiPickEnv(gymnasium.Env):
@@ -133,6 +138,30 @@ class HybridReachEnv(gymnasium.Env):
         return self._draw(), reward, False, False, {}
 
 
+class CopyBitsEnv(gymnasium.Env):
+    """Copy the observed bits: ``MultiBinary(n_bits)`` actions, 1/n_bits per bit copied."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, n_bits: int = 6) -> None:
+        self.n_bits = n_bits
+        self.observation_space = spaces.Box(-1.0, 1.0, (n_bits,), np.float32)
+        self.action_space = spaces.MultiBinary(n_bits)
+        self._bits = np.zeros(n_bits, np.int8)
+
+    def _draw(self) -> np.ndarray:
+        self._bits = self.np_random.integers(0, 2, self.n_bits).astype(np.int8)
+        return (2.0 * self._bits - 1.0).astype(np.float32)
+
+    def reset(self, *, seed: int | None = None, options=None):
+        super().reset(seed=seed)
+        return self._draw(), {}
+
+    def step(self, action):
+        copied = np.asarray(action).astype(np.int8) == self._bits
+        return self._draw(), float(copied.mean()), False, False, {}
+
+
 def _register() -> None:
     if "rlkit/MultiPick-v0" not in gymnasium.registry:
         gymnasium.register(id="rlkit/MultiPick-v0", entry_point=MultiPickEnv, max_episode_steps=10)
@@ -140,6 +169,8 @@ def _register() -> None:
         gymnasium.register(
             id="rlkit/HybridReach-v0", entry_point=HybridReachEnv, max_episode_steps=10
         )
+    if "rlkit/CopyBits-v0" not in gymnasium.registry:
+        gymnasium.register(id="rlkit/CopyBits-v0", entry_point=CopyBitsEnv, max_episode_steps=10)
 
 
 _register()
