@@ -48,15 +48,17 @@ def sweep(tmp_path, capsys, monkeypatch, seeds):
     run_dir = tmp_path / "sweep"
     argv = [*FLAGS, "--population-seeds", str(seeds), "--run-dir", str(run_dir)]
     summary = ppo.main(argv)
-    done = [line for line in capsys.readouterr().err.splitlines() if line.startswith("done:")]
+    err = capsys.readouterr().err.splitlines()
+    done = [line for line in err if line.startswith("done:")]
+    evals = [line for line in err if line.startswith("eval @")]
     report = json.loads((run_dir / "population.json").read_text())
-    return run_dir, summary, report, done[0], drawn
+    return run_dir, summary, report, done[0], drawn, evals
 
 
 def test_three_seeds_per_setting_report_each_settings_iqm_and_interval(
     tmp_path, capsys, monkeypatch
 ):
-    run_dir, summary, report, done, drawn = sweep(tmp_path, capsys, monkeypatch, seeds=3)
+    run_dir, summary, report, done, drawn, _ = sweep(tmp_path, capsys, monkeypatch, seeds=3)
     finals = final_returns(run_dir)
     groups = {"lr=0.0003": [0, 1, 2], "lr=0.001": [3, 4, 5]}  # the grid, then the seeds
     assert [a["settings"] for a in report["aggregates"]] == list(groups)
@@ -84,8 +86,14 @@ def test_three_seeds_per_setting_report_each_settings_iqm_and_interval(
 def test_two_seeds_per_setting_report_no_interval_but_the_members_returns(
     tmp_path, capsys, monkeypatch
 ):
-    run_dir, summary, report, done, drawn = sweep(tmp_path, capsys, monkeypatch, seeds=2)
+    run_dir, summary, report, done, drawn, evals = sweep(tmp_path, capsys, monkeypatch, seeds=2)
     finals = final_returns(run_dir)
+    # every evaluation's progress line per setting: each setting's IQM over its 2 members
+    last = evals[-1]
+    for label, members in (("lr=0.0003", [0, 1]), ("lr=0.001", [2, 3])):
+        value = sum(finals[i] for i in members) / 2  # the IQM of two values is their mean
+        assert f"{label} {value:.1f} (2/2 seeds)" in last, last
+    assert all("+-" not in line for line in evals), evals
     assert "CI" not in done and "interval" in done
     for agg, members in zip(report["aggregates"], ([0, 1], [2, 3]), strict=True):
         values = [finals[i] for i in members]

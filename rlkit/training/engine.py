@@ -514,6 +514,10 @@ class RunReport:
         """The result in the ``done:`` line (a population's: per setting)."""
         return f"eval return {mean:.1f} +- {std:.1f}"
 
+    def eval_text(self, mean: float, std: float) -> str:
+        """The result in an ``eval @ N frames:`` progress line (a sweep's: per setting)."""
+        return f"return {mean:.1f} +- {std:.1f}"
+
     def state_dict(self) -> dict[str, Any]:
         return {}
 
@@ -1098,7 +1102,14 @@ class _LoopState:
         self.last_eval = (mean, std)
         c = self.counters
         c.last_eval_frames = c.frames
-        self.log.log_eval(c.frames, c.train_seconds, mean, std, extra=self.eval_details)
+        self.log.log_eval(
+            c.frames,
+            c.train_seconds,
+            mean,
+            std,
+            extra=self.eval_details,
+            text=self.report.eval_text(mean, std),
+        )
         if self.callbacks:
             seconds = round(c.train_seconds, 3)
             row = {"train_seconds": seconds, "return_mean": mean, "return_std": std}

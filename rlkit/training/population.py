@@ -1409,6 +1409,14 @@ class PopulationReport:
             return math.nan, math.nan
         return iqm(means), statistics.pstdev(means) if len(means) > 1 else 0.0
 
+    def setting_returns(self) -> list[tuple[str, list[float]]]:
+        """The last evaluation's member means grouped by setting (labels in member order)."""
+        groups: dict[str, list[float]] = {}
+        for i, setting in enumerate(self.settings):
+            mean = self.last[i][0] if i < len(self.last) else math.nan
+            groups.setdefault(_label(setting), []).append(mean)
+        return list(groups.items())
+
     def all_solved(self) -> bool:
         return all(s is not None for i, s in enumerate(self.solved) if i not in self.stopped)
 
@@ -1551,6 +1559,19 @@ class PopulationRunReport(RunReport):
         aggregates = self.population.finish(run_dir, dict(summary))["aggregates"]
         fps = round(summary["fps"] * self.population.size, 1)
         return {"population": aggregates, "population_fps": fps}
+
+    def eval_text(self, mean: float, std: float) -> str:
+        """A sweep's ``eval @`` progress line per setting (each setting's IQM over its
+        members with a return, and how many), never one number across settings."""
+        groups = self.population.setting_returns()
+        if len(groups) < 2:
+            return super().eval_text(mean, std)
+        parts = []
+        for label, means in groups:
+            finite = [m for m in means if math.isfinite(m)]
+            value = f"{iqm(finite):.1f}" if finite else "nan"
+            parts.append(f"{label} {value} ({len(finite)}/{len(means)} seeds)")
+        return "return per setting (IQM): " + "; ".join(parts)
 
     def result_text(self, mean: float, std: float) -> str:
         """The ``done:`` line's result per setting (rank 0, after :meth:`finish`)."""

@@ -585,7 +585,10 @@ class RunLog:
         std: float,
         *,
         extra: Mapping[str, float] | None = None,
+        text: str | None = None,
     ) -> None:
+        """One evaluation: a row of ``eval.csv``, the trackers, and the progress line
+        ``eval @ N frames: <text>`` (``text``: default ``return <mean> +- <std>``)."""
         if not self.enabled:
             return
         row = {"frames": frames, "train_seconds": round(train_seconds, 3)}
@@ -597,9 +600,8 @@ class RunLog:
                 "the TensorBoard events (tb/)", frames, self.tb.log_metrics, scalars, frames
             )
         self._tracked("log_metrics", _scalars(_prefixed(row, "eval/")), frames)
-        self.progress.message(
-            f"eval @ {frames:,} frames: return {mean:.1f} +- {std:.1f} ({train_seconds:.1f} s)"
-        )
+        text = text or f"return {mean:.1f} +- {std:.1f}"
+        self.progress.message(f"eval @ {frames:,} frames: {text} ({train_seconds:.1f} s)")
 
     def finish(self, summary: Mapping[str, Any]) -> None:
         """Results first: ``summary.json`` and ``curve.png``, then the TensorBoard flush (a
