@@ -30,8 +30,12 @@ _IGNORED = [
 #: a GPU with Tensor Cores Lightning suggests ``torch.set_float32_matmul_precision``: rlkit
 #: keeps float32 matrix products at full precision (its results must not depend on the card),
 #: so the notice is not actionable inside a recipe.
-_NOTICES = ("that has Tensor Cores",)
+#: On a machine without CUDA, the first ``--compile`` prints torch's "No CUDA runtime is
+#: found, using CUDA_HOME=..." (``torch.utils.cpp_extension``) before anything of the run's:
+#: the CPU build compiles for the CPU, so the notice says nothing a user can act on.
+_NOTICES = ("that has Tensor Cores", "No CUDA runtime is found")
 _NOTICE_LOGGERS = (
+    "torch.utils.cpp_extension",
     "lightning.fabric.utilities.rank_zero",
     "lightning.pytorch.utilities.rank_zero",
     "lightning_fabric.utilities.rank_zero",

@@ -390,3 +390,21 @@ def test_lightnings_tensor_core_notice_is_dropped_inside_quiet_only(caplog):
             log.info("another notice")
         log.info(notice)
     assert [r.getMessage() for r in caplog.records] == ["another notice", notice]
+
+
+def test_torchs_no_cuda_notice_is_dropped_inside_quiet_only(caplog):
+    """A first --compile on a machine without CUDA logs torch's "No CUDA runtime is found"
+    (torch.utils.cpp_extension); a recipe hides it (and only it)."""
+    import logging
+
+    from rlkit import _quiet
+
+    log = logging.getLogger("torch.utils.cpp_extension")
+    log.removeFilter(_quiet._DROP)
+    notice = "No CUDA runtime is found, using CUDA_HOME='/usr/local'"
+    with caplog.at_level(logging.WARNING, logger=log.name):
+        with _quiet.quiet():
+            log.warning(notice)
+            log.warning("another warning")
+        log.warning(notice)
+    assert [r.getMessage() for r in caplog.records] == ["another warning", notice]
