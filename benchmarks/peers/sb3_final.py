@@ -3,6 +3,7 @@
     python sb3_final.py ALGO ENV_ID FRAME_BUDGET SEED [EVAL_EVERY]
     python sb3_final.py sac Hopper-v5 200000 0 20000
     python sb3_final.py ppo Swimmer-v5 1000000 0 50000
+    python sb3_final.py --known       # the ALGO:ENV_ID pairs it has settings for, as JSON
 
 The final-return sibling of the shared time-to-solve protocol (``../shared/peers/sb3_solve.py``):
 the same evaluation (the deterministic policy on 10 episodes, reset with seeds 10000 + i, one
@@ -248,4 +249,7 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    if sys.argv[1:] == ["--known"]:  # the (algo, task) pairs the zoo tunes, for bench_suite.py
+        print(json.dumps(sorted(f"{algo}:{task}" for algo, task in ZOO)))
+    else:
+        main(sys.argv[1:])
