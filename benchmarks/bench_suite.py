@@ -146,7 +146,7 @@ def bar_for(algo: str, task: str) -> tuple[float, str]:
         bars.append((CLEANRL[algo][task], "CleanRL"))
     zoo = ZOO_PUBLISHED.get(algo, {}).get(task)
     if zoo is not None:
-        bars.append((ZOO_FRACTION * zoo, f"{ZOO_FRACTION:g}x rl-zoo3"))
+        bars.append((round(ZOO_FRACTION * zoo, 2), f"{ZOO_FRACTION:g}x rl-zoo3"))
     if bars:
         return max(bars)
     import gymnasium
@@ -191,11 +191,12 @@ def run_task(args: argparse.Namespace, task: str, stem: Path, with_sb3: bool) ->
         "--out",
         str(stem),
     ]
+    figures_of = "PPO" if args.algo == "appo" else args.algo.upper()  # APPO: PPO's figures
     for label, table in (("CleanRL", CLEANRL), ("rl-zoo3", ZOO_PUBLISHED)):
         if task in table.get(args.algo, {}):
             command += [
                 "--anchor",
-                f"{label} {args.algo.upper()} (published)={table[args.algo][task]}",
+                f"{label} {figures_of} (published)={table[args.algo][task]}",
             ]
     if with_sb3:
         command += ["--sb3-python", args.sb3_python]
@@ -300,7 +301,8 @@ def write_summary(args: argparse.Namespace, tasks: list[str]) -> list[Path]:
         f"on {len(met)}/{len(with_bar)} that have one. Final return: mean of 10 "
         "deterministic evaluation episodes at the budget, median over seeds. Ratios only "
         "against positive figures. Published figures are MuJoCo v3 (zoo) / v4 (CleanRL) at 1M "
-        "frames (sources: `benchmarks/bench_suite.py`'s docstring).\n\n"
+        "frames (sources: `benchmarks/bench_suite.py`'s docstring)"
+        f"{'; APPO is held to the published PPO figures' if args.algo == 'appo' else ''}.\n\n"
         f"Command: `{command_line()}`; commit `{git_commit()['commit'][:10]}`; "
         f"CPU: {host_info().get('cpu_model', 'unknown')}.\n\n{table}\n"
     )
