@@ -109,13 +109,14 @@ def load(
 
 
 def _build(algo: str, cfg, env: Any):
-    """The learner of ``cfg`` built by the algorithm's ``build`` on a one-env batch of the
-    run's env (its spaces decide the networks' sizes), in evaluation mode."""
+    """The learner of ``cfg`` built by the algorithm's ``build`` on the run's training env
+    as its first rank built it (its spaces decide the networks' sizes; per-env statistics,
+    RND's return scaler, have one row per env)."""
     from rlkit.envs import make_env
 
     source = env if env is not None else cfg.env
-    options = cfg.gym_options(evaluation=True)
-    built_env = make_env(source, num_envs=1, seed=0, evaluation=True, **options)
+    options = {**cfg.env_options(), **cfg.gym_options()}
+    built_env = make_env(source, num_envs=cfg.num_envs, seed=cfg.seed, **options)
     try:
         learner = load_algorithm(algo).build(cfg, built_env)
     except BaseException:

@@ -14,13 +14,13 @@ out:
 
 - ``pt2``: that ``ExportedProgram``, saved with ``torch.export.save``;
 - ``onnx``: the same program through ``torch.onnx.export`` (the dynamo exporter);
-- ``torchscript``: ``torch.jit.trace`` of the program's plain module
-  (``ExportedProgram.module()``: aten operations only). Tracing or scripting TorchRL's
+- ``torchscript``: ``torch.jit.script`` of the program's graph as a plain FX module
+  (aten operations on flat tensors, :func:`_scriptable`). Tracing or scripting TorchRL's
   modules themselves fails (measured with torchrl 0.14.1, torch 2.14.1):
   ``torch.jit.trace`` of the actor, even inside a plain wrapper, stops at
-  ``SAMPLE_LOG_PROB_KEY is fully deprecated`` (TorchRL's ``ProbabilisticActor`` reads
-  that attribute while tracing), and ``torch.jit.script`` at ``Unknown type annotation:
-  'nn.ModuleList'``.
+  ``SAMPLE_LOG_PROB_KEY is fully deprecated``, and ``torch.jit.script`` at ``Unknown type
+  annotation: 'nn.ModuleList'``; ``torch.jit.trace`` of the exported module runs but fixes
+  the batch size.
 
 The batch dimension is dynamic in all three.
 """
@@ -117,6 +117,12 @@ class Policy(nn.Module):
     @property
     def recurrent(self) -> bool:
         return bool(self.state_shapes)
+
+    @property
+    def state(self) -> dict[Any, Tensor] | None:
+        """A recurrent policy's state after the last call (``{key: [batch, *shape]}``);
+        None before the first call and after :meth:`reset`."""
+        return self._state
 
     def reset(self, rows: Any = None) -> None:
         """Start the recurrent state again from zero: every row, or the rows where ``rows``
@@ -309,17 +315,61 @@ def export_policy(policy: Policy, format: str, path: str | Path) -> Path:
     batch = torch.export.Dim("batch", min=1)
     # forward(*inputs): the varargs are one argument, a tuple of tensors
     dynamic = (tuple({0: batch} for _ in example),)
-    with warnings.catch_warnings(), torch.no_grad():
+    # exported with grad mode on: under no_grad, TorchRL's distribution (a softmax in an
+    # enable_grad block) became a wrap_with_set_grad_enabled call TorchScript cannot compile
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # TorchRL's deprecations, tracer notes
         program = torch.export.export(fn, example, dynamic_shapes=dynamic)
         if format == "pt2":
             torch.export.save(program, str(path))
         elif format == "torchscript":
-            traced = torch.jit.trace(program.module(), example, check_trace=False)
-            torch.jit.save(traced, str(path))
+            torch.jit.save(torch.jit.script(_scriptable(program)), str(path))
         else:
             _onnx(program, path, fn)
     return path
+
+
+def _scriptable(program) -> torch.fx.GraphModule:
+    """The exported program as a plain FX module that ``torch.jit.script`` compiles, with
+    the batch dim still dynamic. ``ExportedProgram.module()`` is close: aten operations on
+    flat tensors. What TorchScript does not take is dropped or rewritten: its pytree calling
+    convention (plain positional tensors instead: our inputs and outputs are flat already),
+    its input guards and shape assertions (checks, not computation), its forward hooks (a
+    new module from the same graph has none) and ``aten.sym_size.int`` (``x.size(d)``).
+    ``torch.jit.trace`` of the same module runs but bakes the example's batch size into
+    every reshape (a CNN's flatten, a recurrent core's state), so it is not used."""
+    module = program.module()
+    graph = module.graph
+    graph._codegen = torch.fx.graph.CodeGen()  # positional tensors in, a tuple/tensor out
+    aten = torch.ops.aten
+    for sub in module.modules():  # TorchScript resolves an op's overload from its packet
+        if isinstance(sub, torch.fx.GraphModule):
+            for node in sub.graph.nodes:
+                op = node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
+                if op and node.target is not aten.sym_size.int:
+                    node.target = node.target.overloadpacket
+            if sub is not module:
+                sub.recompile()
+    checks = (aten._assert_tensor_metadata, aten._assert_scalar, aten.sym_constrain_range_for_size)
+    for node in list(graph.nodes):
+        if node.op == "call_module" and node.target == "_guards_fn":
+            graph.erase_node(node)
+        elif node.op == "call_function" and node.target is aten.sym_size.int:
+            with graph.inserting_before(node):
+                size = graph.call_method("size", node.args)
+            node.replace_all_uses_with(size)
+            graph.erase_node(node)
+        elif node.op == "call_function" and _overload(node.target) in checks and not node.users:
+            graph.erase_node(node)
+    graph.eliminate_dead_code()
+    plain = torch.fx.GraphModule(module, graph)
+    if hasattr(plain, "_guards_fn"):
+        delattr(plain, "_guards_fn")
+    return plain
+
+
+def _overload(target):
+    return getattr(target, "overloadpacket", target)
 
 
 def _onnx(program, path: Path, fn: DeterministicPolicy) -> None:
