@@ -227,3 +227,16 @@ def test_importing_rlkit_stays_light():
     code = "import sys, rlkit; print(rlkit.load.__module__, 'torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["rlkit", "False"]
+
+
+def test_structured_actions_come_back_as_a_dict_of_parts(tmp_path):
+    """A Dict action (``rlkit/HybridReach-v0``: a kind and its parameters) loads and acts:
+    one array per part, as the evaluation policy's action TensorDict holds them."""
+    env = "rlkit/HybridReach-v0"
+    learner = train("ppo", tmp_path / "run", "--env", env)
+    obs = observations(env, n=200)
+    want = reference_actions(learner, obs)
+    got = rlkit.load(tmp_path / "run")(obs[keys.OBSERVATION].numpy())
+    assert sorted(got) == ["kind", "params"]
+    for part, value in got.items():
+        _check_equal(value, want.get(part))

@@ -167,6 +167,8 @@ def test_export_flag_writes_the_policy_of_the_checkpoint(runs, tmp_path):
     # default path: <run-dir>/policy.ts
     ppo.main([*argv[:-1], str(tmp_path / "eval2"), "--export", "torchscript"])
     assert (tmp_path / "eval2" / "policy.ts").is_file()
+    # from Python, a run directory in: the file lands in that run directory
+    assert rlkit.export(str(last.parent.parent), "pt2") == last.parent.parent / "policy.pt2"
 
 
 @pytest.mark.parametrize(

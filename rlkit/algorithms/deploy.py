@@ -134,8 +134,8 @@ def export(
     for a recurrent policy; the action mask an input of a masked one) of ``policy`` (a
     :class:`~rlkit.modules.deploy.Policy`, or a run directory or checkpoint read with
     :func:`load`), normalisation included, as ``format``: ``"onnx"``, ``"torchscript"`` or
-    ``"pt2"``, to ``path`` (default: ``policy.<suffix>`` beside the checkpoint). Returns the
-    path written."""
+    ``"pt2"``, to ``path`` (default: ``<run-dir>/policy.onnx``, ``.ts`` or ``.pt2``). Returns
+    the path written."""
     if format not in EXPORT_FORMATS:
         raise ValueError(
             f"export format {format!r} is not one of {', '.join(EXPORT_FORMATS)}: pick one"
@@ -150,5 +150,7 @@ def export(
     if path is None:
         where = policy.info.get("checkpoint")
         base = Path(where).parent if where else Path.cwd()
+        if base.name == "checkpoints":  # <run-dir>/checkpoints/last.pt: the run directory
+            base = base.parent
         path = base / f"policy{EXPORT_FORMATS[format]}"
     return export_policy(policy, format, path)
