@@ -60,6 +60,8 @@ NOT_DRAWN = frozenset(
         "resume",
         "init_from",
         "eval_only",
+        "export",  # --eval-only's: tests/test_export.py
+        "export_path",
         "config",
         "accelerator",
         "devices",

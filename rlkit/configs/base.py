@@ -261,6 +261,21 @@ class TrainConfig:
             "network and evaluation settings default to the checkpoint's run"
         ),
     )
+    export: str | None = field(
+        default=None,
+        metadata=_help(
+            "with --eval-only --init-from: also write the checkpoint's deterministic policy "
+            "(observation normalisation included) as onnx, torchscript or pt2 "
+            "(docs/deploy.md); none: no export",
+            choices=("onnx", "torchscript", "pt2"),
+        ),
+    )
+    export_path: str | None = field(
+        default=None,
+        metadata=_help(
+            "where --export writes the policy (default: <run-dir>/policy.onnx, .ts or .pt2)"
+        ),
+    )
     accelerator: str = field(default="cpu", metadata=_help("cpu, gpu, cuda, mps or auto"))
     devices: str = field(default="1", metadata=_help("devices per node: a count, or 'auto'"))
     strategy: str = field(default="auto", metadata=_help("auto, ddp or ddp_spawn"))
@@ -419,6 +434,7 @@ class TrainConfig:
                 "--eval-only needs --init-from PATH: the checkpoint whose policy to evaluate "
                 "(its network and evaluation settings come from the checkpoint)"
             )
+        _check_export(self)
         if self.eval_only and self.resume:
             raise ValueError("--eval-only takes its checkpoint from --init-from, not --resume")
         if self.overwrite and self.resume:
@@ -443,6 +459,17 @@ class TrainConfig:
                 "--eval-only runs in one process: drop --devices / --num-nodes (the "
                 "evaluation is seeded, more ranks would play the same episodes)"
             )
+
+
+def _check_export(cfg: TrainConfig) -> None:
+    """``--export`` writes the policy of the checkpoint ``--eval-only --init-from`` reads."""
+    if cfg.export is not None and not (cfg.eval_only and cfg.init_from):
+        raise ValueError(
+            f"--export {cfg.export} writes the policy of a checkpoint: add --eval-only "
+            "--init-from CKPT (or call rlkit.export from Python)"
+        )
+    if cfg.export_path is not None and cfg.export is None:
+        raise ValueError("--export-path needs --export onnx|torchscript|pt2: add it or drop it")
 
 
 def _check_obs_keys(obs_keys: tuple[str, ...] | None) -> None:
@@ -973,6 +1000,8 @@ LAUNCH_FIELDS = frozenset(
         "resume",
         "init_from",
         "eval_only",
+        "export",
+        "export_path",
         "overwrite",
         "config",
         "accelerator",
