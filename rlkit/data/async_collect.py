@@ -499,7 +499,7 @@ class WorkerCollector:
         self.restarts += 1
         seed = worker_seed(self._base_seed, index) + RESTART_SEED * self.restarts
         new = self._workers[index] = self._spawn(index, seed)
-        if waiting is not None:  # this round's rollout, by the new worker
+        if waiting is not None and index in waiting:  # this round's rollout, by the new one
             new.conn.send("go")
         _log.warning(
             f"warning: {lost}: replaced by pid {new.proc.pid} (restart {self.restarts} of "
