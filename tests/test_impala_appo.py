@@ -258,7 +258,7 @@ if __name__ == "__main__":
         num_workers=2, sync=sys.argv[1] == "sync",
     )
     collector.next_batch()
-    print(" ".join(str(p.pid) for p in collector._procs), flush=True)
+    print(" ".join(str(p) for p in collector.pids), flush=True)
     time.sleep(60)
 """
 

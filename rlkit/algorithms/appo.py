@@ -148,7 +148,12 @@ def build(cfg: APPOConfig, env, *, loss_cls=None, estimator_cls=None) -> APPOLea
 def train(cfg: APPOConfig, *, env=None, loss_cls=None, estimator_cls=None) -> dict:
     """Train APPO under a parsed ``cfg`` (what ``recipes/appo.py`` runs after its
     flags); returns the run summary. ``loss_cls``, ``estimator_cls``: as for :func:`build`."""
-    collector = worker_collector_factory(num_workers=cfg.workers, sync=cfg.sync_collect)
+    collector = worker_collector_factory(
+        num_workers=cfg.workers,
+        sync=cfg.sync_collect,
+        actor_timeout=cfg.actor_timeout,
+        max_restarts=cfg.max_actor_restarts,
+    )
     build_parts = partial(build, loss_cls=loss_cls, estimator_cls=estimator_cls)
     return run(cfg, build_parts, algo="appo", env=env, make_collector=collector)
 

@@ -168,7 +168,12 @@ def build(cfg: IMPALAConfig, env, *, loss_cls=None) -> IMPALALearner:
 def train(cfg: IMPALAConfig, *, env=None, loss_cls=None) -> dict:
     """Train IMPALA under a parsed ``cfg`` (what ``recipes/impala.py`` runs after its
     flags); returns the run summary. ``loss_cls``: as for :func:`build`."""
-    collector = worker_collector_factory(num_workers=cfg.workers, sync=cfg.sync_collect)
+    collector = worker_collector_factory(
+        num_workers=cfg.workers,
+        sync=cfg.sync_collect,
+        actor_timeout=cfg.actor_timeout,
+        max_restarts=cfg.max_actor_restarts,
+    )
     build_parts = partial(build, loss_cls=loss_cls)
     return run(cfg, build_parts, algo="impala", env=env, make_collector=collector)
 

@@ -61,6 +61,20 @@ class VTraceConfig(PolicyGradientConfig):
         default=False,
         metadata={"help": "synchronous collection (no acting/learning overlap, zero lag)"},
     )
+    actor_timeout: float = field(
+        default=30.0,
+        metadata={
+            "help": "seconds without a batch after which a collector worker is hung and "
+            "replaced (at least; 10x its slowest batch when longer, 60 s more for its first)"
+        },
+    )
+    max_actor_restarts: int = field(
+        default=3,
+        metadata={
+            "help": "dead or hung collector workers replaced per run; the next one lost "
+            "stops the run (exit 3) after a checkpoint"
+        },
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -80,6 +94,13 @@ class VTraceConfig(PolicyGradientConfig):
             raise ValueError(
                 f"--workers must be >= 1 and divide --num-envs ({self.num_envs}), got "
                 f"{self.workers}"
+            )
+        timeout = self.actor_timeout
+        if not 0 < timeout < float("inf"):
+            raise ValueError(f"--actor-timeout must be a number of seconds > 0, got {timeout!r}")
+        if self.max_actor_restarts < 0:
+            raise ValueError(
+                f"--max-actor-restarts must be >= 0 (0: none), got {self.max_actor_restarts}"
             )
         if (self.population > 1 or self.sweep) and not self.sync_collect:
             raise ValueError(

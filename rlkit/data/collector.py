@@ -328,23 +328,86 @@ def _env_name(venv: gymnasium.vector.VectorEnv) -> str:
 
 
 def _env_fault(parts: _EnvParts, call: str, err: Exception) -> EnvFault:
-    """One line for an exception raised by the vector env's ``step()`` / ``reset()``; an
-    observation of another shape than the space's (which gymnasium reports as a failed
-    concatenation, naming nothing) is named with the shape that arrived."""
-    space = getattr(parts.venv, "single_observation_space", None)
+    """One line for an exception raised by the vector env's ``step()`` / ``reset()``."""
+    return _venv_fault(parts.venv, call, err)
+
+
+def _venv_fault(venv: Any, call: str, err: Exception, during: str = "") -> EnvFault:
+    """One line for an exception raised by a gymnasium vector env's ``step()`` /
+    ``reset()``; an observation of another shape than the space's (which gymnasium reports
+    as a failed concatenation, naming nothing) is named with the shape that arrived."""
+    if isinstance(err, EnvFault):
+        return err
+    space = getattr(venv, "single_observation_space", None)
     want = getattr(space, "shape", None)
-    for i, obs in enumerate(getattr(parts.venv, "_env_obs", None) or []):
+    for i, obs in enumerate(getattr(venv, "_env_obs", None) or []):
         got = np.shape(obs)
         if want is not None and got != want:
             return EnvFault(
-                f"{_env_name(parts.venv)} (sub-env {i}) returned an observation of shape {got} "
-                "from "
-                f"{call}(), but its observation spec is {space} (shape {want}): return "
-                "observations of the spec's shape"
+                f"{_env_name(venv)} (sub-env {i}) returned an observation of shape {got} "
+                f"from {call}(){during}, but its observation spec is {space} (shape {want}): "
+                "return observations of the spec's shape"
             )
     message = " ".join(str(err).split()) or "(no message)"
-    name = _env_name(parts.venv)
-    return EnvFault(f"{name} raised in {call}(): {type(err).__name__}: {message}")
+    name = _env_name(venv)
+    return EnvFault(f"{name} raised in {call}(){during}: {type(err).__name__}: {message}")
+
+
+def _gym_venv(env: EnvBase) -> gymnasium.vector.VectorEnv | None:
+    """The gymnasium vector env under a ``make_env`` env (None for a TorchRL env)."""
+    base = env.base_env if isinstance(env, TransformedEnv) else env
+    venv = getattr(base, "_env", None)
+    return venv if isinstance(venv, gymnasium.vector.VectorEnv) else None
+
+
+def env_name(env: EnvBase) -> str:
+    """``env 'CartPole-v1'`` (a gymnasium env's id), else ``env <class name>``."""
+    venv = _gym_venv(env)
+    if venv is not None:
+        return _env_name(venv)
+    base = env.base_env if isinstance(env, TransformedEnv) else env
+    return f"env {type(base).__name__}"
+
+
+def env_fault(env: EnvBase, call: str, err: Exception, *, during: str = "") -> EnvFault:
+    """The collector's one line for an exception raised in ``step()`` / ``reset()`` of an env
+    :func:`rlkit.envs.make_env` built, for code that steps it itself (the evaluator, TorchRL's
+    ``Collector``); ``during`` follows the call (`` during evaluation``)."""
+    if isinstance(err, EnvFault):
+        return err
+    venv = _gym_venv(env)
+    if venv is not None:
+        return _venv_fault(venv, call, err, during)
+    message = " ".join(str(err).split()) or "(no message)"
+    return EnvFault(f"{env_name(env)} raised in {call}(){during}: {type(err).__name__}: {message}")
+
+
+def check_finite(env: EnvBase, td: TensorDictBase, call: str, *, during: str = "") -> None:
+    """Raise the collector's :class:`EnvFault` line when ``td`` (a step's output, batch
+    ``[N]``, or a batch ``[N, T]``) holds a non-finite reward or float observation under
+    ``"next"`` (sub-env: the first dim), for code that steps the env itself."""
+    nxt = td.get(keys.NEXT, None)
+    if nxt is not None:
+        _check_leaves(env, nxt, call, during)
+
+
+def _check_leaves(env: EnvBase, td: TensorDictBase, call: str, during: str = "") -> None:
+    """:func:`check_finite` on the float entries of ``td`` itself (the reward first)."""
+    leaves = [k for k in td.keys(True, True) if k != _REWARD]
+    for key in [_REWARD, *leaves]:
+        x = td.get(key, None)
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.ndim == 0:
+            continue
+        bad = ~torch.isfinite(x.reshape(x.shape[0], -1)).all(dim=1)
+        if bool(bad.any()):
+            rows = ", ".join(str(i) for i in bad.nonzero().flatten()[:4].tolist())
+            first = x[~torch.isfinite(x)].flatten()[0].item()
+            name = key if isinstance(key, str) else key[-1]
+            raise EnvFault(
+                f"{env_name(env)} (sub-env {rows}) returned a non-finite {name!r} ({first}) "
+                f"from {call}(){during}: the env produced it, not the learner; fix the env "
+                "or wrap it to clip or replace such values"
+            )
 
 
 def _non_finite(parts: _EnvParts, call: str, key: str, value: np.ndarray) -> EnvFault:
@@ -904,9 +967,8 @@ def make_collector(
         _log.warning(fallback_message(err.what))
     # TorchRL's Collector would send misfit actions as they are
     check_env_compat(policy, env, device=device)
-    from torchrl.collectors import Collector
-
-    return Collector(
+    _guard_env(env)
+    return _checked_collector()(
         env,
         _as_tensordict_module(policy),
         frames_per_batch=frames_per_batch,
@@ -915,6 +977,52 @@ def make_collector(
         exploration_type=exploration_type,
         auto_register_policy_transforms=False,
     )
+
+
+def _guard_env(env: EnvBase) -> None:
+    """TorchRL's ``Collector`` steps ``env`` itself: its base env's ``step()`` / ``reset()``
+    failures and non-finite outputs become the collector's one :class:`EnvFault` line,
+    checked where they arise, before the policy reads them (values pass untouched)."""
+    base = env.base_env if isinstance(env, TransformedEnv) else env
+    if getattr(base, "_rlkit_guarded", False):
+        return
+    step, reset = base._step, base._reset
+
+    def guarded_step(*args: Any, **kwargs: Any) -> Any:
+        try:
+            out = step(*args, **kwargs)
+        except Exception as err:
+            raise env_fault(env, "step", err) from err
+        _check_leaves(env, out, "step")
+        return out
+
+    def guarded_reset(*args: Any, **kwargs: Any) -> Any:
+        try:
+            out = reset(*args, **kwargs)
+        except Exception as err:
+            raise env_fault(env, "reset", err) from err
+        _check_leaves(env, out, "reset")
+        return out
+
+    base._step, base._reset, base._rlkit_guarded = guarded_step, guarded_reset, True
+
+
+@functools.cache
+def _checked_collector() -> type:
+    """TorchRL's ``Collector`` whose batches are checked as :class:`VectorEnvCollector`
+    checks its steps: a non-finite reward or observation is one :class:`EnvFault` line
+    (:func:`check_finite`); the batches are TorchRL's, untouched. Made on first use: TorchRL's
+    collectors module is imported only when a run falls back to it."""
+    from torchrl.collectors import Collector
+
+    class CheckedCollector(Collector):
+        def __iter__(self) -> Iterator[TensorDictBase]:
+            for batch in super().__iter__():  # the transforms' outputs too (ObservationNorm)
+                check_finite(self.env, batch, "step")
+                yield batch
+
+    CheckedCollector.__name__ = CheckedCollector.__qualname__ = "Collector"
+    return CheckedCollector
 
 
 def _as_tensordict_module(policy: nn.Module) -> nn.Module:

@@ -1,12 +1,15 @@
-"""The data layer's own error (the engine's :class:`rlkit.training.errors.EnvFaultError` wraps
-it with what became of the checkpoints; collectors know no engine)."""
+"""The data layer's own errors (the engine's :class:`rlkit.training.errors.EnvFaultError` and
+:class:`rlkit.training.errors.ActorLostError` wrap them with what became of the checkpoints;
+collectors know no engine)."""
 
 from __future__ import annotations
 
-__all__ = ["EnvFault"]
+from rlkit.envs.errors import EnvFault
+
+__all__ = ["ActorLost", "EnvFault"]
 
 
-class EnvFault(RuntimeError):
-    """The env failed: its ``step()`` or ``reset()`` raised, or it returned a non-finite
-    observation or reward, or an observation of another shape than its spec's. The message
-    names the env, the sub-env and the key or exception."""
+class ActorLost(RuntimeError):
+    """A collector worker process died or hung once more than its collector's restart limit
+    allows (:class:`~rlkit.data.async_collect.WorkerCollector`, ``max_restarts``). The message
+    names the worker, why it was lost and the limit."""

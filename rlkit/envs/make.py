@@ -20,6 +20,7 @@ return and step count agrees, every non-done step chains and no done step does.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import inspect
 import warnings
@@ -53,6 +54,7 @@ from torchrl.envs import (
 )
 
 from rlkit import keys
+from rlkit.envs.errors import EnvFault
 from rlkit.envs.ids import factory_path, resolve_env
 from rlkit.envs.suites import register_suite, suite_make_kwargs, suite_of, suite_wrappers
 from rlkit.modules.normalization import ObservationNorm, RewardNorm
@@ -525,7 +527,7 @@ def make_env(
         venv.close()
         raise ValueError(f"make_env: {len(seed)} seeds for num_envs={num_envs} sub-envs")
     if seed is not None:
-        _seed(base, seed)
+        _first_reset(base, seed, env_id)
     return TransformedEnv(base, Compose(*transforms))
 
 
@@ -616,7 +618,7 @@ def _make_from_factory(
         base.close()
         raise
     if seeds is not None:
-        _seed(base, seeds)
+        _first_reset(base, seeds, name)
     return TransformedEnv(base, Compose(*transforms))
 
 
@@ -707,6 +709,21 @@ def _factory_vector_env(
         [one(i) for i in range(num_envs)],
         autoreset_mode=gymnasium.vector.AutoresetMode.DISABLED,
     )
+
+
+def _first_reset(base: EnvBase, seed: int | Sequence[int], name: str) -> None:
+    """:func:`_seed` at construction: an env that raises there is closed and named in one
+    :class:`~rlkit.envs.errors.EnvFault` line (a traceback from inside gymnasium before)."""
+    try:
+        _seed(base, seed)
+    except Exception as err:
+        with contextlib.suppress(Exception):
+            base.close()
+        message = " ".join(str(err).split()) or "(no message)"
+        raise EnvFault(
+            f"env {str(name)!r} raised in reset() (its first, seeded at construction): "
+            f"{type(err).__name__}: {message}"
+        ) from err
 
 
 def _seed(base: EnvBase, seed: int | Sequence[int]) -> None:

@@ -56,13 +56,14 @@ from rlkit.configs.base import (
     unread_settings,
 )
 from rlkit.configs.base import save_config as _save_config
-from rlkit.data.errors import EnvFault
+from rlkit.data.errors import ActorLost, EnvFault
 from rlkit.training import checkpoint as ckpt
 
 # the command line and the exception classes are torch-free (``--help`` imports no torch),
 # and importable from here, where they were defined before
 from rlkit.training.cli import _one_line
 from rlkit.training.errors import (
+    ActorLostError,
     CheckpointWriteError,
     EnvFaultError,
     NonFiniteError,
@@ -301,6 +302,13 @@ def _export(cfg: TrainConfig, learner: Learner, env, run_dir: Path, checkpoint: 
         raise ValueError(str(err)) from None
     print(f"exported the {learner.algo} policy as {cfg.export} -> {written}")
     return written
+
+
+def _kept_at_start(resume_path: Path | None) -> str:
+    """What a fault before the first batch's update leaves: no checkpoint, or the resumed."""
+    if resume_path is not None:
+        return "the checkpoint resumed from is intact"
+    return "no checkpoint had been written yet"
 
 
 def _kept(run_dir: Path) -> str:
@@ -782,7 +790,12 @@ class Engine:
             (run_dir, save_token),
             lambda: check_run_dir(run_dir, new_run=new_run, overwrite=cfg.overwrite),
         )
-        built = self._build(fabric, resume_path)
+        try:
+            built = self._build(fabric, resume_path)
+        except EnvFault as err:  # an env's first, seeded reset (make_env)
+            raise EnvFaultError(
+                f"{err}; training stopped before its first batch, {_kept_at_start(resume_path)}"
+            ) from None
         start = _Start(run_dir, resume_path, new_run, save_token, built)
         if cfg.eval_only:
             return start
@@ -796,12 +809,12 @@ class Engine:
             ) from None
         except EnvFault as err:
             start.close()
-            kept = (
-                "the checkpoint resumed from is intact"
-                if start.resume_path is not None
-                else "no checkpoint had been written yet"
-            )
+            kept = _kept_at_start(start.resume_path)
             raise EnvFaultError(f"{err}; training stopped in its first batch, {kept}") from None
+        except ActorLost as err:
+            start.close()
+            kept = _kept_at_start(start.resume_path)
+            raise ActorLostError(f"{err}; training stopped in its first batch, {kept}") from None
         except BaseException:
             start.close()
             raise
@@ -958,6 +971,10 @@ class Engine:
         except EnvFault as err:
             log.close("failed")
             raise EnvFaultError(f"{err}; training stopped: {state.keep_last_batch()}") from None
+        except ActorLost as err:
+            log.close("failed")
+            kept = state.keep_last_batch("see why the workers were lost")
+            raise ActorLostError(f"{err}; training stopped: {kept}") from None
         except NonFiniteError as err:
             log.close("failed")
             last = run_dir / "checkpoints" / "last.pt"
@@ -1226,9 +1243,10 @@ class _LoopState:
                     f"space and continue with --resume last --run-dir {self.run_dir}"
                 ) from None
 
-    def keep_last_batch(self) -> str:
-        """After a fault inside a batch (an env's), ``last.pt`` at the last complete batch:
-        the learner and counters are as that batch's update left them. Says what was kept.
+    def keep_last_batch(self, fix: str = "fix the env") -> str:
+        """After a fault inside a batch (an env's, a lost collector worker's), ``last.pt`` at
+        the last complete batch: the learner and counters are as that batch's update left
+        them. Says what was kept, and ``fix`` before the command that continues.
         On several ranks the other ranks write nothing now (they may be inside a collective),
         so the last checkpoint the ranks wrote together stays the one to resume."""
         c, run = self.counters, f"--resume last --run-dir {self.run_dir}"
@@ -1246,8 +1264,8 @@ class _LoopState:
             kept = f"{str(last)!r} is the last one" if last.exists() else "none was written"
             return f"could not write a checkpoint ({_first_line(err)}); {kept}"
         return (
-            f"checkpoint {str(last)!r} at the last complete batch ({c.frames:,} frames); fix "
-            f"the env and continue with {run}"
+            f"checkpoint {str(last)!r} at the last complete batch ({c.frames:,} frames); {fix} "
+            f"and continue with {run}"
         )
 
     def rank_param_max_diff(self) -> float | None:

@@ -4,7 +4,8 @@ The command line (:mod:`rlkit.training.cli`) matches them to print one-line erro
 must not import torch before its flags are parsed (``--help`` answers at once). Exit status:
 2 for a bad input and for a run file that could not be written (:class:`CheckpointWriteError`,
 :class:`LogWriteError`), 3 for a run that failed while training (:class:`RunFailedError`:
-:class:`NonFiniteError`, :class:`EnvFaultError`, :class:`RankLostError`). They are
+:class:`NonFiniteError`, :class:`EnvFaultError`, :class:`ActorLostError`,
+:class:`RankLostError`). They are
 re-exported where they are raised: :class:`CheckpointError` from
 :mod:`rlkit.training.checkpoint`, :class:`NonFiniteError` and :class:`CheckpointWriteError`
 from :mod:`rlkit.training.engine` (and :class:`CheckpointError` and :class:`NonFiniteError`
@@ -50,6 +51,11 @@ class EnvFaultError(RunFailedError):
     """The env failed: its ``step()`` or ``reset()`` raised, or it returned a non-finite
     observation or reward, or an observation of another shape than its spec's. The message
     names the env, the sub-env and the key or exception."""
+
+
+class ActorLostError(RunFailedError):
+    """A collector worker process (IMPALA's, APPO's actors) died or hung after the restarts
+    ``--max-actor-restarts`` allows were used; the message names the worker and why."""
 
 
 class RankLostError(RunFailedError):

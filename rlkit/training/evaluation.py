@@ -15,9 +15,12 @@ from torch import nn
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from rlkit import keys
+from rlkit.data.collector import check_finite, env_fault
 
 #: Evaluation environments are seeded from here, apart from every training seed.
 EVAL_SEED = 10_000
+#: an env fault in evaluation is the collector's line (rlkit.data.collector.env_fault) + this
+_DURING = " during evaluation"
 #: Without ``max_steps``, an evaluation that runs this long means the env never ends.
 _NO_TIME_LIMIT = 100_000
 
@@ -107,9 +110,12 @@ class Evaluator:
         from rlkit.envs import reseed
 
         env, n = self.env, self.episodes * self.repeats
-        # what make_env(..., seed=EVAL_SEED or the seeds) seeded: the same start states
-        reseed(env, EVAL_SEED if self.repeats == 1 else self._seeds)
-        td = env.reset()
+        try:
+            # what make_env(..., seed=EVAL_SEED or the seeds) seeded: the same start states
+            reseed(env, EVAL_SEED if self.repeats == 1 else self._seeds)
+            td = env.reset()
+        except Exception as err:
+            raise env_fault(env, "reset", err, during=_DURING) from err
         memory = Carry(policy, td)
         running = torch.zeros(n, dtype=torch.float64)
         final = torch.full((n,), math.nan, dtype=torch.float64)
@@ -117,7 +123,11 @@ class Evaluator:
         for _ in range(self.max_steps or _NO_TIME_LIMIT):
             td = policy(memory.start(td))
             memory.after(td)
-            td, td_next = env.step_and_maybe_reset(td)
+            try:
+                td, td_next = env.step_and_maybe_reset(td)
+            except Exception as err:
+                raise env_fault(env, "step", err, during=_DURING) from err
+            check_finite(env, td, "step", during=_DURING)
             reward = td.get(keys.REWARD).reshape(n).double().cpu()
             done = td.get(keys.DONE).reshape(n).cpu()
             running += torch.where(finished, 0.0, reward)
