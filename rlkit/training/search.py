@@ -92,14 +92,18 @@ def make_sampler(cfg, seed: int):
 
 
 def make_pruner(cfg):
-    """The pruner on the evaluations (steps are frames): MedianPruner from the second
-    evaluation on, or SuccessiveHalvingPruner with rungs every evaluation."""
+    """The pruner on the evaluations (steps are frames): MedianPruner (against the trials
+    complete so far) or SuccessiveHalvingPruner (against every trial at its rung, so trials of
+    one batch prune each other), both from the second evaluation (at most half the budget)."""
     optuna = _optuna()
     every = cfg.eval_every or cfg.total_frames
     if cfg.search_pruner == "none":
         return optuna.pruners.NopPruner()
     if cfg.search_pruner == "halving":
-        return optuna.pruners.SuccessiveHalvingPruner(min_resource=every, reduction_factor=3)
+        # the first rung at two evaluations (at most half the budget): one evaluation's
+        # noise does not decide
+        first = max(1, min(2 * every, cfg.total_frames // 2))
+        return optuna.pruners.SuccessiveHalvingPruner(min_resource=first, reduction_factor=3)
     return optuna.pruners.MedianPruner(
         n_startup_trials=min(5, max(1, cfg.search_batch)),
         n_warmup_steps=min(2 * every, cfg.total_frames // 2),
@@ -290,6 +294,19 @@ class _Search:
         object.__setattr__(out, _TYPED, _typed(self.cfg, params))
         return out
 
+    def valid(self, study, trial) -> bool:
+        """Whether the trial's settings together make a valid config (each was checked
+        alone at parse time); an invalid combination is a failed trial, in one line."""
+        try:
+            trial_config(self.cfg, trial.params)
+        except ValueError as err:
+            why = str(err).splitlines()[0]
+            trial.set_user_attr("failed", why[:500])
+            study.tell(trial, state=_optuna().trial.TrialState.FAIL)
+            _say(f"trial {trial.number} failed: its settings do not go together ({why})")
+            return False
+        return True
+
     # ---------------------------------------------------------------- one trial
     def run_one(self, study, trial) -> None:
         optuna = _optuna()
@@ -381,10 +398,11 @@ class _Search:
         tick = time.perf_counter()
         while done < cfg.search:
             k = 1 if self.why_sequential else min(cfg.search_batch, cfg.search - done)
-            trials = [study.ask(self.dists) for _ in range(k)]
+            trials = [t for t in (study.ask(self.dists) for _ in range(k)) if self.valid(study, t)]
+            k = len(trials)
             if k > 1 and not self.run_batch(study, trials):
                 _say(f"search: the trials run one after another ({self.why_sequential})")
-            if self.why_sequential:
+            if self.why_sequential or k == 1:
                 for t in trials:
                     self.run_one(study, t)
             done = finished(study)
