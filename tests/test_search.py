@@ -148,8 +148,8 @@ def _study(tmp_path, values):
 
 def test_trials_table_and_best_config_written_and_loadable(tmp_path):
     study = _study(tmp_path, [(1e-4, 20.0), (3e-3, 480.0), (1e-5, None), (1e-3, 300.0)])
-    cfg = parse("ppo", ["--search", "4", "--search-space", "lr=log:1e-5:1e-2",
-                        "--total-frames", "4096", "--seed", "3", "--run-dir", str(tmp_path)])  # fmt: skip
+    argv = ["--search", "4", "--search-space", "lr=log:1e-5:1e-2", "--total-frames", "4096"]
+    cfg = parse("ppo", [*argv, "--seed", "3", "--run-dir", str(tmp_path)])
     summary = search_mod.write_outputs(study, cfg, tmp_path, plots=False)
     with (tmp_path / "trials.csv").open() as f:
         rows = list(csv.DictReader(f))
