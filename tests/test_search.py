@@ -287,3 +287,18 @@ def test_a_recipe_without_populations_runs_its_trials_one_after_another(tmp_path
     assert json.loads((trials / "trial_0001" / "summary.json").read_text())["frames"] < 192
     assert "trial 1 pruned at" in err
     assert (summary["complete"], summary["pruned"]) == (1, 1)
+
+
+def test_the_docs_search_command_parses():
+    """docs/search.md's first command, as typed there (its flags and space are real)."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "search.md").read_text()
+    block = re.search(r"```bash\n(.*?)```", page, flags=re.S).group(1)
+    command = block.split("\n")[0:3]
+    argv = shlex.split(" ".join(line.rstrip("\\") for line in command))
+    assert argv[:2] == ["python", "recipes/ppo.py"]
+    cfg = parse("ppo", argv[2:])
+    assert cfg.search == 16 and [p.name for p in parse_space(cfg)] == ["lr", "entropy_coef"]
