@@ -360,6 +360,42 @@ class TrainConfig:
             extend=True,
         ),
     )
+    search: int = field(
+        default=0,
+        metadata=_help(
+            "run a hyperparameter search of this many trials on Optuna over --search-space, "
+            "in --run-dir (study.db, trials.csv, best_config.yaml; docs/search.md); "
+            "0: no search"
+        ),
+    )
+    search_space: tuple[str, ...] | None = field(
+        default=None,
+        metadata=_help(
+            "what --search varies: NAME=LOW:HIGH, NAME=log:LOW:HIGH, NAME=int:LOW:HIGH, "
+            "NAME=A|B|C, and/or a YAML file of them, e.g. --search-space lr=log:1e-5:1e-2 "
+            "entropy_coef=0:0.05",
+            extend=True,
+        ),
+    )
+    search_sampler: str = field(
+        default="tpe",
+        metadata=_help("Optuna sampler of --search: tpe or random", choices=("tpe", "random")),
+    )
+    search_pruner: str = field(
+        default="median",
+        metadata=_help(
+            "Optuna pruner of --search, on each evaluation's return: median (MedianPruner), "
+            "halving (SuccessiveHalvingPruner) or none",
+            choices=("median", "halving", "none"),
+        ),
+    )
+    search_batch: int = field(
+        default=8,
+        metadata=_help(
+            "trials of --search trained together as one population (where the recipe "
+            "trains populations; elsewhere trials run one after another)"
+        ),
+    )
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -368,6 +404,9 @@ class TrainConfig:
 
     def population_members(self) -> list[tuple[int, dict[str, Any]]]:
         """``(seed, settings)`` of every member: one run without a population."""
+        explicit = self.__dict__.get(MEMBERS)
+        if explicit is not None:  # a search's batch of trials: each member its own settings
+            return [(seed, dict(setting)) for seed, setting in explicit]
         grid = _sweep_grid(self)
         if not grid:
             return [(self.seed + k, {}) for k in range(self.population)]
@@ -454,6 +493,9 @@ class TrainConfig:
                 raise ValueError(f"devices must be >= 1, got {n}")
         _check_population(self)
         _check_loggers(self)
+        from rlkit.configs.search import check_search
+
+        check_search(self)
         if self.eval_only and (self.devices != "1" or self.num_nodes != 1):
             raise ValueError(
                 "--eval-only runs in one process: drop --devices / --num-nodes (the "
@@ -569,6 +611,19 @@ def parse_env_kwargs(items: Sequence[str] | None) -> dict[str, Any]:
                 f"--env-kwargs {item!r}: the value is not a YAML scalar or list; quote text "
                 "or write a number, true/false or null"
             ) from None
+    return out
+
+
+#: the attribute where a search keeps a batch's members, each with its own settings
+#: (:func:`with_members`)
+MEMBERS = "_population_members"
+
+
+def with_members(cfg: Any, members: Sequence[tuple[int, Mapping[str, Any]]]) -> Any:
+    """``cfg`` as a population of ``members`` (``(seed, settings)`` each, any settings a
+    ``--sweep`` may vary), where ``--sweep`` gives only grids: a search's batch of trials."""
+    out = dataclasses.replace(cfg, population=len(members), sweep=None, population_seeds=1)
+    object.__setattr__(out, MEMBERS, tuple((int(s), dict(x)) for s, x in members))
     return out
 
 

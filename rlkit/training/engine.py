@@ -533,6 +533,11 @@ class RunReport:
         """Whether ``--target-return`` is reached, after an evaluation of mean ``mean``."""
         return mean >= target
 
+    def ended(self) -> bool:
+        """Whether the run ends after this evaluation, its target aside (a search's trial
+        pruned, every member of a search's batch pruned)."""
+        return False
+
     def finish(self, run_dir: Path, summary: Mapping[str, Any]) -> dict[str, Any]:
         """Files of its own at the end (rank 0) and entries added to ``summary.json``."""
         return {}
@@ -1176,7 +1181,7 @@ class _LoopState:
         c, every = self.counters, self.cfg.eval_every
         if every and c.frames - c.last_eval_frames >= every:
             self.evaluate()
-            return c.solved_frames is not None
+            return c.solved_frames is not None or self.report.ended()
         return False
 
     def maybe_checkpoint(self, *, force: bool = False) -> None:
@@ -1396,4 +1401,8 @@ def run(
     duration of the run only (``rlkit._quiet``, ``rlkit._speedups``).
     """
     with _quiet.quiet(), _speedups.patched():
+        if getattr(cfg, "search", 0):  # --search N: trials of this run (docs/search.md)
+            from rlkit.training.search import search
+
+            return search(cfg, build, algo=algo, env=env, **kw)
         return Engine(cfg, build, algo=algo, env=env, **kw).fit()
