@@ -737,16 +737,21 @@ class PopulationLearner(Learner):
     ) -> None:
         if not members:
             raise ValueError("a population needs at least one member")
-        #: members that update one after the other, each by its own ``update`` (PPG)
-        self.sequential = all(m.population_sequential for m in members)
+        #: members that update one after the other, each by its own ``update`` (PPG, IMPALA,
+        #: APPO; and members with memory: ``torch.func.vmap`` has no rule for nn.LSTM / nn.GRU)
+        self.sequential = all(m.population_sequential or _has_memory(m) for m in members)
         if self.sequential and len(members) > 1:
             # a slower path is never silent: one line, on stderr unless logging is set up
+            why = (
+                "torch.vmap has no rule for nn.LSTM / nn.GRU"
+                if _has_memory(members[0]) and not members[0].population_sequential
+                else "its update has no vmapped form"
+            )
             _log.warning(
                 f"warning: {members[0].algo} population: the {len(members)} members update one "
-                f"after another (its update has no vmapped form), so an update costs about "
+                f"after another ({why}), so an update costs about "
                 f"{len(members)}x one member's; collection and evaluation are still shared"
             )
-        _refuse_memory(members[0])
         for m in members if not self.sequential else ():
             if not m.shared_update():
                 raise ValueError(
@@ -1150,15 +1155,11 @@ def rank_members(cfg, rank: int = 0, world_size: int = 1) -> tuple[int, list]:
     return first, members[first : first + per_rank]
 
 
-def _refuse_memory(member: Learner) -> None:
+def _has_memory(member: Learner) -> bool:
+    """Whether a member carries a recurrent state (``--recurrent``): its update runs as its
+    own, member after member (``torch.func.vmap`` has no rule for ``nn.LSTM`` / ``nn.GRU``)."""
     memory = getattr(member, "memory", None)
-    if memory is not None and memory.on:
-        # measured: torch.func.vmap has no batching rule for aten::lstm / aten::gru
-        raise ValueError(
-            "--recurrent with --population/--sweep: members train as one vectorised "
-            "update (torch.func.vmap), which has no rule for nn.LSTM / nn.GRU; run each "
-            "seed or setting as its own run (docs/memory.md)"
-        )
+    return memory is not None and memory.on
 
 
 def build_population(build, cfg, env, *, rank: int = 0, world_size: int = 1) -> PopulationLearner:
