@@ -82,6 +82,7 @@ def _population(
         cfg = dataclasses.replace(_base(algo, extra), **setting)
         torch.manual_seed(cfg.seed)
         members.append(load(algo).build(cfg, env))
+        members[-1].use_rows(N_ENVS)  # built on every member's rows, as build_population
         states.append(torch.get_rng_state())
     if poison is not None:  # a critic that returns inf: non-finite advantages and gradients
         with torch.no_grad():
@@ -491,10 +492,8 @@ def test_population_reward_norm_scales_each_members_rows_as_its_own_reward_norm(
 
 
 def test_population_refusals():
-    from rlkit.algorithms import dqn, ppo
+    from rlkit.algorithms import dqn
 
-    with pytest.raises(ValueError, match="intrinsic"):
-        ppo.main([*FLAGS, "--population", "2", "--intrinsic", "rnd"])
     with pytest.raises(ValueError, match="updates its own way"):
         dqn.main(["--total-frames", "1000", "--population", "2", "--progress", "false"])
 
@@ -595,30 +594,39 @@ MEMORY = {
     "ppo": ("--recurrent", "gru", "--recurrent-size", "8", "--minibatch-size", "32",
             "--epochs", "2", "--sequence-length", "8"),
     "a2c": ("--recurrent", "lstm", "--recurrent-size", "8"),
+    "rnd": ("--recurrent", "lstm", "--recurrent-size", "8", "--minibatch-size", "32"),
     "impala": ("--recurrent", "lstm", "--recurrent-size", "8", "--minibatch-size", "32"),
     "appo": ("--recurrent", "gru", "--recurrent-size", "8", "--minibatch-size", "32"),
 }  # fmt: skip
 MEMORY_SETTINGS = {
     "ppo": [SETTINGS[0], SETTINGS[1], dict(seed=2, clip_epsilon=0.1)],
     "a2c": [SETTINGS[0], SETTINGS[1], dict(seed=2, value_coef=0.25)],
+    "rnd": [SETTINGS[0], SETTINGS[1], dict(seed=2, int_coef=0.5)],
     "impala": [SETTINGS[0], SETTINGS[1], dict(seed=2, entropy_coef=0.02)],
     "appo": [SETTINGS[0], SETTINGS[1], dict(seed=2, entropy_coef=0.02)],
 }
 
 
 def _equal(a, b) -> bool:
-    pairs = zip(a.nets.parameters(), b.nets.parameters(), strict=True)
-    return all(torch.equal(x, y) for x, y in pairs)
+    """Every module's parameters and buffers (an intrinsic reward's too) equal, bit for bit."""
+    one, two = a.modules(), b.modules()
+    assert one.keys() == two.keys()
+    return all(
+        torch.equal(v, two[name].state_dict()[k])
+        for name, module in one.items()
+        for k, v in module.state_dict().items()
+    )
 
 
 @pytest.mark.parametrize(
-    "algo", ["ppo", "a2c", "impala", pytest.param("appo", marks=pytest.mark.slow)]
+    "algo", ["ppo", "a2c", "rnd", "impala", pytest.param("appo", marks=pytest.mark.slow)]
 )
 def test_members_with_memory_match_their_standalone_recurrent_runs(algo, caplog):
     """``--recurrent`` members (torch.vmap has no rule for nn.GRU / nn.LSTM) update one after
     another, each in its own random stream with its own minibatch generator, and collect
     with their own carried state on their own rows: three members with three settings end,
-    after three batches, bit for bit where three standalone recurrent runs end."""
+    after three batches, bit for bit where three standalone recurrent runs end (RND: its
+    predictor, intrinsic critic and statistics too, each member's over its own rows)."""
     settings = MEMORY_SETTINGS[algo]
     with caplog.at_level("WARNING", logger="rlkit.training.population"):
         pop, metrics = _population(algo, settings, 3, extra=MEMORY[algo])
@@ -682,3 +690,27 @@ def test_a_population_with_memory_resumes_exactly(tmp_path):
         assert torch.equal(a.state, b.state)
     for a, b in zip(pop.generators, fresh.generators):
         assert torch.equal(a.get_state(), b.get_state())
+
+
+@pytest.mark.slow  # three recipe runs with ICM: about 20 s
+def test_members_with_an_intrinsic_reward_match_their_standalone_runs(tmp_path):
+    """``recipes/ppo.py --intrinsic icm --sweep`` (no memory): the policy and the bonus
+    train in lockstep, so the members update one after another; each member's bonus is
+    built on the shared env, then sized to its own rows, and keeps its own statistics and
+    per-env returns: both members end bit for bit where their standalone runs end."""
+    from rlkit.algorithms import ppo
+
+    flags = [
+        "--num-envs", "4", "--rollout-steps", "16", "--epochs", "2", "--minibatch-size", "32",
+        "--intrinsic", "icm", "--total-frames", "128", "--eval-every", "0",
+        "--eval-episodes", "2", "--progress", "false",
+    ]  # fmt: skip
+    ppo.main([*flags, "--sweep", "lr=1e-3,3e-4", "--run-dir", str(tmp_path / "pop")])
+    pop = _modules(tmp_path / "pop")
+    for i, lr in enumerate(("1e-3", "3e-4")):
+        ppo.main([*flags, "--lr", lr, "--run-dir", str(tmp_path / f"solo{i}")])
+        solo = _modules(tmp_path / f"solo{i}")
+        assert "intrinsic" in solo
+        for name, state in solo.items():
+            for k, v in state.items():
+                assert torch.equal(pop[f"member{i}.{name}"][k], v), (i, name, k)
