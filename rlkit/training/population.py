@@ -1617,6 +1617,14 @@ class PopulationMode(RunMode):
     def resume(self, fabric, path, learner, counters, env_modules) -> dict:
         return _resume_rank_members(fabric, path, learner, counters, env_modules)
 
+    def restore_streams(self, learner, payload) -> None:
+        """The members' own streams again, as saved: building the collector called the
+        policy once (its probe), which drew from them, where a standalone run's probe draws
+        from the global stream before the engine restores it (measured: resumed PPO members
+        were one draw ahead of their resumed standalone runs)."""
+        for stream, state in zip(learner.rngs, payload["learner"].get("rng", ())):
+            stream.state = state.clone()
+
     def warm_start(self, fabric, path, learner) -> None:
         # its ranks hold different members: nothing is broadcast; the ranks agree on a refusal
         _on_every_rank(fabric, lambda: _warm_start_members(path, learner))
