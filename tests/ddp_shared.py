@@ -123,6 +123,16 @@ JOBS = [
         _flags("--total-frames 2048 --eval-every 0 --eval-episodes 2 --progress false"),
         recipe="appo",
     ),
+    # tests/test_memory.py: memory on two ranks (each rank carries its own envs' state)
+    Job(
+        "ppo-gru",
+        _flags(
+            "--total-frames 512 --num-envs 4 --rollout-steps 16 --minibatch-size 32 "
+            "--epochs 2 --recurrent gru --recurrent-size 8 --eval-every 0 --eval-episodes 2 "
+            "--progress false"
+        ),
+        recipe="ppo",
+    ),
     Job(
         "ppo-target-kl",
         _flags(

@@ -172,6 +172,44 @@ def test_compiled_off_policy_updates_match_eager_ones(algo):
     assert c_ctx.counters.updates == e_ctx.counters.updates > 0
 
 
+@pytest.mark.slow  # compiling the recurrent loss: about 2 min here on a shared machine
+@pytest.mark.xfail(
+    strict=True, reason="measured: 3.7e-3 apart after one update; --recurrent refuses --compile"
+)
+def test_compiled_recurrent_updates_match_eager_ones():
+    """``--compile`` with ``--recurrent gru``: the loss runs the GRU over sequences cut where
+    episodes start (data-dependent piece counts and lengths); 3 updates of 2 epochs on the
+    same recurrent batches, compiled and eager, should agree within 1e-5 with the loss
+    compiled. They do not yet (3.7e-3 after the first update, torch 2.x on the CPU), so
+    ``--compile`` with ``--recurrent`` is refused in one line
+    (:func:`test_compile_with_memory_is_refused_in_one_line`); this case is what a fix
+    must turn green."""
+    from rlkit.objectives.common import is_compiled
+
+    torch._dynamo.reset()
+    argv = ["--num-envs", "4", "--rollout-steps", "16", "--minibatch-size", "32", "--epochs",
+            "2", "--recurrent", "gru", "--recurrent-size", "8", "--sequence-length", "8",
+            "--total-frames", "4096"]  # fmt: skip
+    cfg, env, eager = _build("ppo", argv)
+    assert eager.memory.on
+    compiled = copy.deepcopy(eager)
+    batches = _batches(cfg, env, eager, 3)
+    env.close()
+    assert any(b["is_init"][:, 1:].any() for b in batches)  # episodes start inside rows
+    _update_both(eager, compiled, batches, cfg.total_frames)
+    # compiled all along (a loss that fell back to eager is no longer is_compiled)
+    assert is_compiled(compiled.loss) and not is_compiled(eager.loss)
+
+
+def test_compile_with_memory_is_refused_in_one_line(capsys):
+    recipe = load_recipe("ppo")
+    with pytest.raises(SystemExit):
+        recipe.main(["--recurrent", "gru", "--compile", "true", "--progress", "false"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--compile with --recurrent gru" in err[0], err
+    assert "drop --compile" in err[0]
+
+
 def test_compile_is_refused_for_populations():
     from rlkit.configs.ppo import PPOConfig
 

@@ -314,13 +314,33 @@ def test_bad_intrinsic_flags_are_refused_in_one_line(algo, argv, message, capsys
     assert len(err) == 1 and message in err[0], err
 
 
-def test_a_population_refuses_an_intrinsic_reward():
-    from rlkit.algorithms import ppo
-    from rlkit.training.population import build_population
-
-    cfg = parse_config(ppo.PPOConfig, [*SMALL, "--population", "2", "--intrinsic", "icm"])
-    with pytest.raises(ValueError, match="--population does not support --intrinsic"):
-        build_population(ppo.build, cfg, None)
+@pytest.mark.parametrize("name", ["rnd", "icm"])
+def test_a_bonus_resized_to_a_members_rows_is_the_bonus_built_for_them(name):
+    """A population member's bonus is built on the env of every member's rows (6 here) and
+    resized to its own (2): then it scores a batch of 2 rows as a bonus built for 2 envs
+    from the same seed does (same weights, per-env returns from zero)."""
+    kwargs = dict(action_dim=2, discrete=True) if name == "icm" else {}
+    make = RNDReward if name == "rnd" else ICM
+    torch.manual_seed(0)
+    resized = make((3,), num_envs=6, **kwargs)
+    resized.resize(2)
+    torch.manual_seed(0)
+    built = make((3,), num_envs=2, **kwargs)
+    assert resized.num_envs == 2 and torch.equal(
+        resized.return_scaler.running_return, torch.zeros(2, dtype=torch.float64)
+    )
+    g = torch.Generator().manual_seed(1)
+    obs, nxt = torch.randn(2, 5, 3, generator=g), torch.randn(2, 5, 3, generator=g)
+    action = torch.randint(0, 2, (2, 5), generator=g)
+    for _ in range(2):  # the second batch reads the running returns the first left
+        torch.testing.assert_close(
+            resized.intrinsic_reward(obs, action, nxt),
+            built.intrinsic_reward(obs, action, nxt),
+            rtol=0,
+            atol=0,
+        )
+    with pytest.raises(ValueError, match="num_envs must be an int >= 1"):
+        resized.resize(0)
 
 
 def test_rnd_reward_matches_rnd_alone():

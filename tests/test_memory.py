@@ -442,3 +442,19 @@ def test_a_dict_observation_with_memory_is_refused_in_one_line():
     env = make_env(TwoEntries, num_envs=2, seed=0)
     with pytest.raises(ValueError, match=r"^--recurrent reads one 'observation' entry.*is a Dict"):
         recurrent_actor_critic(env, kind="gru", size=8)
+
+
+@pytest.mark.slow
+@pytest.mark.ddp_jobs("ppo-gru")  # a shared launch: tests/ddp_shared.py (512 frames)
+def test_memory_on_two_ranks_keeps_parameters_identical(ddp_jobs):
+    """``--devices 2 --recurrent gru``: each rank collects with its own envs' carried state
+    and trains on its own sequences; the all-reduced gradients keep the ranks' parameters
+    identical, and the run trained and evaluated."""
+    run = ddp_jobs["ppo-gru"]
+    summary = run.summary()
+    assert summary["world_size"] == 2 and summary["frames"] == 512
+    assert summary["rank_param_max_diff"] == 0.0
+    from rlkit.training import checkpoint as ckpt
+
+    actor = ckpt.load(run.dir / "checkpoints" / "last.pt")["modules"]["actor"]
+    assert any("rnn.weight_hh_l0" in k for k in actor)

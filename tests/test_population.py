@@ -39,8 +39,8 @@ def _ctx(seed: int) -> Context:
     return ctx
 
 
-def _base(algo: str):
-    argv = ["--num-envs", str(N_ENVS), "--rollout-steps", str(STEPS)]
+def _base(algo: str, extra: tuple[str, ...] = ()):
+    argv = ["--num-envs", str(N_ENVS), "--rollout-steps", str(STEPS), *extra]
     if algo in ("ppo", "daac"):
         argv += ["--minibatch-size", "32", "--epochs", "3"]
     if algo == "daac":  # a value phase every other batch
@@ -51,8 +51,8 @@ def _base(algo: str):
     return parse_config(config_class(algo), argv, presets={})
 
 
-def _standalone(algo: str, setting: dict, batches: int):
-    cfg = dataclasses.replace(_base(algo), **setting)
+def _standalone(algo: str, setting: dict, batches: int, extra: tuple[str, ...] = ()):
+    cfg = dataclasses.replace(_base(algo, extra), **setting)
     torch.manual_seed(cfg.seed)
     env = make_env("CartPole-v1", num_envs=N_ENVS, seed=cfg.seed)
     learner = load(algo).build(cfg, env)
@@ -66,16 +66,23 @@ def _standalone(algo: str, setting: dict, batches: int):
     return learner
 
 
-def _population(algo: str, settings: list[dict], batches: int, poison: int | None = None):
+def _population(
+    algo: str,
+    settings: list[dict],
+    batches: int,
+    poison: int | None = None,
+    extra: tuple[str, ...] = (),
+):
     seeds = [s["seed"] for s in settings]
     env = make_env("CartPole-v1", num_envs=N_ENVS * len(settings), seed=None)
     env.base_env._seed_calls_reset = True
     env.base_env.reset(seed=[s + k for s in seeds for k in range(N_ENVS)])
     members, states = [], []
     for setting in settings:
-        cfg = dataclasses.replace(_base(algo), **setting)
+        cfg = dataclasses.replace(_base(algo, extra), **setting)
         torch.manual_seed(cfg.seed)
         members.append(load(algo).build(cfg, env))
+        members[-1].use_rows(N_ENVS)  # built on every member's rows, as build_population
         states.append(torch.get_rng_state())
     if poison is not None:  # a critic that returns inf: non-finite advantages and gradients
         with torch.no_grad():
@@ -485,10 +492,8 @@ def test_population_reward_norm_scales_each_members_rows_as_its_own_reward_norm(
 
 
 def test_population_refusals():
-    from rlkit.algorithms import dqn, ppo
+    from rlkit.algorithms import dqn
 
-    with pytest.raises(ValueError, match="intrinsic"):
-        ppo.main([*FLAGS, "--population", "2", "--intrinsic", "rnd"])
     with pytest.raises(ValueError, match="updates its own way"):
         dqn.main(["--total-frames", "1000", "--population", "2", "--progress", "false"])
 
@@ -581,3 +586,160 @@ def test_a_population_that_updates_member_by_member_says_so_once(algo, warned, c
         assert len(lines) == 1 and "one after another" in lines[0] and "2x" in lines[0], lines
     else:
         assert lines == []
+
+
+# --------------------------------------------------------------------------- memory
+#: a GRU / LSTM of 8 on every network (docs/memory.md); IMPALA and APPO train on whole rows
+MEMORY = {
+    "ppo": ("--recurrent", "gru", "--recurrent-size", "8", "--minibatch-size", "32",
+            "--epochs", "2", "--sequence-length", "8"),
+    "a2c": ("--recurrent", "lstm", "--recurrent-size", "8"),
+    "rnd": ("--recurrent", "lstm", "--recurrent-size", "8", "--minibatch-size", "32"),
+    "impala": ("--recurrent", "lstm", "--recurrent-size", "8", "--minibatch-size", "32"),
+    "appo": ("--recurrent", "gru", "--recurrent-size", "8", "--minibatch-size", "32"),
+}  # fmt: skip
+MEMORY_SETTINGS = {
+    "ppo": [SETTINGS[0], SETTINGS[1], dict(seed=2, clip_epsilon=0.1)],
+    "a2c": [SETTINGS[0], SETTINGS[1], dict(seed=2, value_coef=0.25)],
+    "rnd": [SETTINGS[0], SETTINGS[1], dict(seed=2, int_coef=0.5)],
+    "impala": [SETTINGS[0], SETTINGS[1], dict(seed=2, entropy_coef=0.02)],
+    "appo": [SETTINGS[0], SETTINGS[1], dict(seed=2, entropy_coef=0.02)],
+}
+
+
+def _equal(a, b) -> bool:
+    """Every module's parameters and buffers (an intrinsic reward's too) equal, bit for bit."""
+    one, two = a.modules(), b.modules()
+    assert one.keys() == two.keys()
+    return all(
+        torch.equal(v, two[name].state_dict()[k])
+        for name, module in one.items()
+        for k, v in module.state_dict().items()
+    )
+
+
+@pytest.mark.parametrize(
+    "algo", ["ppo", "a2c", "rnd", "impala", pytest.param("appo", marks=pytest.mark.slow)]
+)
+def test_members_with_memory_match_their_standalone_recurrent_runs(algo, caplog):
+    """``--recurrent`` members (torch.vmap has no rule for nn.GRU / nn.LSTM) update one after
+    another, each in its own random stream with its own minibatch generator, and collect
+    with their own carried state on their own rows: three members with three settings end,
+    after three batches, bit for bit where three standalone recurrent runs end (RND: its
+    predictor, intrinsic critic and statistics too, each member's over its own rows)."""
+    settings = MEMORY_SETTINGS[algo]
+    with caplog.at_level("WARNING", logger="rlkit.training.population"):
+        pop, metrics = _population(algo, settings, 3, extra=MEMORY[algo])
+    assert pop.sequential and pop.members[0].memory.on
+    lines = [r.getMessage() for r in caplog.records if r.name == "rlkit.training.population"]
+    assert len(lines) == 1 and "one after another" in lines[0], lines
+    for i, setting in enumerate(settings):
+        assert _equal(pop.members[i], _standalone(algo, setting, 3, MEMORY[algo])), (i, setting)
+    start = load(algo).build(
+        dataclasses.replace(_base(algo, MEMORY[algo]), seed=0),
+        make_env("CartPole-v1", num_envs=N_ENVS),
+    )
+    assert _max_diff(pop.members[0], start) > 1e-3  # and they did train
+    assert not _equal(pop.members[0], pop.members[1])  # different runs
+    assert metrics[-1]["members_active"] == len(settings)
+
+
+def test_a_diverged_member_with_memory_is_stopped_and_the_others_go_on():
+    extra = MEMORY["ppo"]
+    pop, metrics = _population("ppo", MEMORY_SETTINGS["ppo"], 3, poison=1, extra=extra)
+    assert set(pop.stopped) == {1} and "non-finite" in pop.stopped[1], pop.stopped
+    assert metrics[-1]["members_active"] == 2
+    for i in (0, 2):
+        assert _equal(pop.members[i], _standalone("ppo", MEMORY_SETTINGS["ppo"][i], 3, extra))
+
+
+def test_a_population_with_memory_resumes_exactly(tmp_path):
+    """A recurrent population saved through the engine's checkpoint payload and loaded into a
+    fresh one (as a resume does) continues bit for bit: the same update on the same batch
+    (collected with the carried state) gives the same parameters, optimiser moments, random
+    streams and minibatch generators. (The carried state itself restarts from zero at a
+    resume, with the envs' episodes, in a population as in a standalone run.)"""
+    from rlkit.training import checkpoint as ckpt
+    from rlkit.training.engine import _apply, _payload
+
+    extra = MEMORY["ppo"]
+    settings = [MEMORY_SETTINGS["ppo"][0], MEMORY_SETTINGS["ppo"][2]]
+    cfg = _base("ppo", extra)
+    pop, _ = _population("ppo", settings, 1, extra=extra)
+    env = make_env("CartPole-v1", num_envs=N_ENVS * len(settings), seed=7)
+    collector = make_collector(env, pop.collect_policy(), frames_per_batch=pop.frames_per_batch)
+    batch = next(iter(collector))
+    collector.shutdown()
+    assert batch["policy_state_h"].abs().sum() > 0  # the batch carries a state
+    path = tmp_path / "pop.pt"
+    ckpt.atomic_save(_payload(cfg, pop, Counters()), path)
+    fresh, _ = _population("ppo", settings, 0, extra=extra)
+    assert not _equal(fresh.members[0], pop.members[0])
+    _apply(ckpt.load(path), path, fresh, Counters(), {})
+    for p in (pop, fresh):
+        ctx = _ctx(0)
+        ctx.counters.frames = 3 * N_ENVS * STEPS
+        p.update(batch.clone(), ctx)
+    for name, module in pop.modules().items():
+        for k, v in module.state_dict().items():
+            assert torch.equal(v, fresh.modules()[name].state_dict()[k]), (name, k)
+    for name, opt in pop.optimizers().items():
+        a, b = opt.state_dict()["state"], fresh.optimizers()[name].state_dict()["state"]
+        assert a and all(torch.equal(a[i][k], b[i][k]) for i in a for k in a[i])
+    for a, b in zip(pop.rngs, fresh.rngs):
+        assert torch.equal(a.state, b.state)
+    for a, b in zip(pop.generators, fresh.generators):
+        assert torch.equal(a.get_state(), b.get_state())
+
+
+@pytest.mark.slow  # three recipe runs with ICM: about 20 s
+def test_members_with_an_intrinsic_reward_match_their_standalone_runs(tmp_path):
+    """``recipes/ppo.py --intrinsic icm --sweep`` (no memory): the policy and the bonus
+    train in lockstep, so the members update one after another; each member's bonus is
+    built on the shared env, then sized to its own rows, and keeps its own statistics and
+    per-env returns: both members end bit for bit where their standalone runs end."""
+    from rlkit.algorithms import ppo
+
+    flags = [
+        "--num-envs", "4", "--rollout-steps", "16", "--epochs", "2", "--minibatch-size", "32",
+        "--intrinsic", "icm", "--total-frames", "128", "--eval-every", "0",
+        "--eval-episodes", "2", "--progress", "false",
+    ]  # fmt: skip
+    ppo.main([*flags, "--sweep", "lr=1e-3,3e-4", "--run-dir", str(tmp_path / "pop")])
+    pop = _modules(tmp_path / "pop")
+    for i, lr in enumerate(("1e-3", "3e-4")):
+        ppo.main([*flags, "--lr", lr, "--run-dir", str(tmp_path / f"solo{i}")])
+        solo = _modules(tmp_path / f"solo{i}")
+        assert "intrinsic" in solo
+        for name, state in solo.items():
+            for k, v in state.items():
+                assert torch.equal(pop[f"member{i}.{name}"][k], v), (i, name, k)
+
+
+@pytest.mark.slow  # six recipe runs: about 20 s
+def test_a_resumed_population_with_memory_matches_its_resumed_standalone_runs(tmp_path):
+    """``recipes/ppo.py --recurrent gru --sweep``: two members trained for two batches, then
+    resumed for one more, end bit for bit where two standalone recurrent runs, stopped and
+    resumed the same way, end (the envs restart their episodes, so the carried state
+    restarts from zero in both). Before the members' streams were restored after the
+    collector's probe, each resumed member was one draw ahead (9e-4 apart after a batch)."""
+    from rlkit.algorithms import ppo
+
+    flags = [
+        "--num-envs", "4", "--rollout-steps", "16", "--epochs", "2", "--minibatch-size", "32",
+        "--recurrent", "gru", "--recurrent-size", "8", "--eval-every", "0",
+        "--eval-episodes", "2", "--checkpoint-every", "64", "--progress", "false",
+    ]  # fmt: skip
+    runs = [(tmp_path / "pop", ["--sweep", "lr=1e-3,3e-4"])]
+    runs += [(tmp_path / f"solo{i}", ["--lr", lr]) for i, lr in enumerate(("1e-3", "3e-4"))]
+    for run_dir, own in runs:
+        ppo.main([*flags, *own, "--total-frames", "128", "--run-dir", str(run_dir)])
+    for run_dir, own in runs:
+        ppo.main([*flags, *own, "--total-frames", "192", "--resume", "last",
+                  "--run-dir", str(run_dir)])  # fmt: skip
+    pop = _modules(tmp_path / "pop")
+    for i in range(2):
+        solo = _modules(tmp_path / f"solo{i}")
+        for name, state in solo.items():
+            for k, v in state.items():
+                assert torch.equal(pop[f"member{i}.{name}"][k], v), (i, name, k)

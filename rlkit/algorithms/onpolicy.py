@@ -267,6 +267,11 @@ class PolicyGradientLearner(Learner):
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"optimizer": self.optimizer} | self._intrinsic_optimizers()
 
+    def use_rows(self, num_envs: int) -> None:
+        """A population member's own rows: the intrinsic reward's per-env returns."""
+        if self.intrinsic is not None:
+            self.intrinsic.resize(num_envs)
+
     def _intrinsic_optimizers(self) -> dict[str, torch.optim.Optimizer]:
         if self.intrinsic is None:
             return {}

@@ -258,6 +258,12 @@ class PolicyGradientConfig(TrainConfig):
     def _check_memory(self) -> None:
         if self.recurrent == "none":
             return
+        if self.compile:  # measured: tests/test_compile.py, the xfail recurrent case
+            raise ValueError(
+                f"--compile with --recurrent {self.recurrent}: the compiled recurrent loss does "
+                "not reproduce the eager one yet (parameters 4e-3 apart after one update); "
+                "drop --compile (docs/memory.md)"
+            )
         length = self.sequence_length or self.rollout_steps
         if self.rollout_steps % length:
             raise ValueError(

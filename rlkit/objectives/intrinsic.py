@@ -135,6 +135,12 @@ class IntrinsicReward(nn.Module):
     def num_envs(self) -> int:
         return self.return_scaler.num_envs
 
+    def resize(self, num_envs: int) -> None:
+        """Batches of ``num_envs`` envs from now on, their discounted returns from zero: a
+        population member is built on the env of every member's rows and trains on its own
+        (:meth:`rlkit.training.learner.Learner.use_rows`)."""
+        self.return_scaler.resize(num_envs)
+
     def observe(self, next_obs: Tensor) -> None:
         """Merge a batch's next observations (every rank's) into the input statistics
         (nothing by default)."""
@@ -207,6 +213,9 @@ class RNDReward(IntrinsicReward):
     @property
     def return_scaler(self) -> ReturnScaler:
         return self.rnd.return_scaler
+
+    def resize(self, num_envs: int) -> None:
+        self.rnd.resize(num_envs)
 
     def observe(self, next_obs: Tensor) -> None:
         self.rnd.obs_stats.update(next_obs)

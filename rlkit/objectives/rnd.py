@@ -91,6 +91,14 @@ class ReturnScaler(nn.Module):
     def extra_repr(self) -> str:
         return f"num_envs={self.num_envs}, gamma={self.gamma}, episodic={self.episodic}"
 
+    def resize(self, num_envs: int) -> None:
+        """Rows of ``num_envs`` envs from now on, each return starting from zero (a
+        population member built on the shared env of every member's rows)."""
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+            raise ValueError(f"ReturnScaler: num_envs must be an int >= 1, got {num_envs!r}")
+        self.num_envs = num_envs
+        self.running_return = self.running_return.new_zeros(num_envs)
+
     @torch.no_grad()
     def returns(self, reward: Tensor, done: Tensor | None = None) -> Tensor:
         r"""Advance :math:`R` over ``reward`` ``[N, T]`` (envs, time); return every
@@ -266,6 +274,11 @@ class RND(nn.Module):
         self.feature_dim = feature_dim
         self.obs_stats = RunningMeanStd(self.obs_shape)
         self.return_scaler = ReturnScaler(num_envs=num_envs, gamma=gamma_int, episodic=False)
+
+    def resize(self, num_envs: int) -> None:
+        """Batches of ``num_envs`` envs from now on (:meth:`ReturnScaler.resize`)."""
+        self.return_scaler.resize(num_envs)
+        self.num_envs = num_envs
 
     @property
     def return_stats(self) -> RunningMeanStd:

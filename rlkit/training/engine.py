@@ -604,6 +604,10 @@ class RunMode:
 
         reseed(env, seed)
 
+    def restore_streams(self, learner, payload: Mapping[str, Any]) -> None:
+        """The random streams of ``payload`` (this rank's own) once the collector is built:
+        a standalone run's is the global stream, restored by the engine right there."""
+
     def resume(self, fabric, path: Path, learner, counters, env_modules) -> dict | None:
         """Restore this rank from checkpoint ``path``; the payload holding its own state."""
         return _resume_rank(fabric, path, learner, counters, env_modules)
@@ -848,6 +852,7 @@ class Engine:
         payload = built.payload
         if payload is not None:  # this rank's own state
             ckpt.set_rng_state(payload["rng"])
+            self.mode.restore_streams(learner, payload)
             if "generator" in payload["rng"]:
                 ctx.generator.set_state(payload["rng"]["generator"])
             else:  # checkpoints written before the generator was saved

@@ -40,6 +40,11 @@ class Learner:
     #: ... and at least this many frames (per rank)
     min_steps: int | None = None
 
+    def use_rows(self, num_envs: int) -> None:
+        """In a population (:mod:`rlkit.training.population`) the learner was built on the
+        env of every member's rows and trains on its own ``num_envs`` rows: what it sized by
+        the env (an intrinsic reward's per-env returns) is resized to them. Nothing here."""
+
     def shared_update(self) -> bool:
         """Whether :meth:`update` is ``prepare``, ``phases`` and ``finish`` (the on-policy
         learners' shared update), which a population runs for all members at once."""

@@ -24,8 +24,12 @@ the engine as one learner:
   Minibatch orders come from per-member generators seeded as a standalone run's; then each
   member's ``finish`` (KL-adaptive learning rate, counters). A learner that sets
   ``population_sequential`` (PPG: a policy phase of two loss groups in lockstep, then an
-  auxiliary phase over its own buffer; IMPALA and APPO) runs its own ``update`` instead,
-  member after member, each in its own random stream and with its own minibatch generator;
+  auxiliary phase over its own buffer; IMPALA and APPO), one with memory (``--recurrent``:
+  ``torch.func.vmap`` has no rule for ``nn.LSTM`` / ``nn.GRU``) and one with an intrinsic
+  reward (its bonus trains in lockstep with the policy; built on the shared env, it is
+  sized to the member's rows, ``Learner.use_rows``) runs its own ``update`` instead,
+  member after member, each in its own random stream and with its own minibatch generator
+  (a recurrent member's actor runs on its rows with its rows' carried state);
 * **ranks**: with ``W`` ranks, rank ``r`` holds members ``[r P/W, (r + 1) P/W)``
   (:func:`rank_members`) and nothing of a member crosses ranks (no gradient all-reduce, no
   shared statistics); :class:`PopulationReport` gathers their rows on rank 0;
@@ -737,16 +741,11 @@ class PopulationLearner(Learner):
     ) -> None:
         if not members:
             raise ValueError("a population needs at least one member")
-        #: members that update one after the other, each by its own ``update`` (PPG)
-        self.sequential = all(m.population_sequential for m in members)
+        #: members that update one after the other, each by its own ``update`` (PPG, IMPALA,
+        #: APPO; and members with memory: ``torch.func.vmap`` has no rule for nn.LSTM / nn.GRU)
+        self.sequential = all(_own_update(m) for m in members)
         if self.sequential and len(members) > 1:
-            # a slower path is never silent: one line, on stderr unless logging is set up
-            _log.warning(
-                f"warning: {members[0].algo} population: the {len(members)} members update one "
-                f"after another (its update has no vmapped form), so an update costs about "
-                f"{len(members)}x one member's; collection and evaluation are still shared"
-            )
-        _refuse_memory(members[0])
+            _warn_sequential(members)
         for m in members if not self.sequential else ():
             if not m.shared_update():
                 raise ValueError(
@@ -1150,28 +1149,40 @@ def rank_members(cfg, rank: int = 0, world_size: int = 1) -> tuple[int, list]:
     return first, members[first : first + per_rank]
 
 
-def _refuse_memory(member: Learner) -> None:
+def _has_memory(member: Learner) -> bool:
+    """Whether a member carries a recurrent state (``--recurrent``): its update runs as its
+    own, member after member (``torch.func.vmap`` has no rule for ``nn.LSTM`` / ``nn.GRU``)."""
     memory = getattr(member, "memory", None)
-    if memory is not None and memory.on:
-        # measured: torch.func.vmap has no batching rule for aten::lstm / aten::gru
-        raise ValueError(
-            "--recurrent with --population/--sweep: members train as one vectorised "
-            "update (torch.func.vmap), which has no rule for nn.LSTM / nn.GRU; run each "
-            "seed or setting as its own run (docs/memory.md)"
-        )
+    return memory is not None and memory.on
+
+
+def _warn_sequential(members: Sequence[Learner]) -> None:
+    """One line: the members update one after another (a slower path is never silent; on
+    stderr unless logging is set up)."""
+    why = "its update has no vmapped form"
+    if not members[0].population_sequential and _has_memory(members[0]):
+        why = "torch.vmap has no rule for nn.LSTM / nn.GRU"
+    elif not members[0].population_sequential:
+        why = "its intrinsic reward trains in lockstep with the policy"
+    _log.warning(
+        f"warning: {members[0].algo} population: the {len(members)} members update one "
+        f"after another ({why}), so an update costs about {len(members)}x one member's; "
+        "collection and evaluation are still shared"
+    )
+
+
+def _own_update(member: Learner) -> bool:
+    """Whether a member runs its own update, member after member: PPG, IMPALA, APPO
+    (``population_sequential``), members with memory, and members with an intrinsic reward
+    (two loss groups in lockstep)."""
+    intrinsic = getattr(member, "intrinsic", None) is not None
+    return member.population_sequential or _has_memory(member) or intrinsic
 
 
 def build_population(build, cfg, env, *, rank: int = 0, world_size: int = 1) -> PopulationLearner:
     """``build(member_cfg, env)`` for every member of this rank's block of
     ``cfg.population_members()`` (:func:`rank_members`; all of them on one rank), each from
     the random state its standalone run would build from."""
-    if getattr(cfg, "intrinsic", "none") != "none":  # rnd.py's is not a flag: name it
-        fields = {f.name for f in dataclasses.fields(cfg)}
-        name = "--intrinsic" if "intrinsic" in fields else "an intrinsic reward"
-        raise ValueError(
-            f"--population does not support {name} yet (its statistics would be shared by "
-            "the members): drop the flag or train the members as separate runs"
-        )
     first, members = rank_members(cfg, rank, world_size)
     learners, states = [], []
     for seed, setting in members:
@@ -1179,7 +1190,11 @@ def build_population(build, cfg, env, *, rank: int = 0, world_size: int = 1) -> 
             cfg, seed=seed, population=1, population_seeds=1, sweep=None, **setting
         )
         torch.manual_seed(seed)  # what the engine seeds a standalone run with
-        learners.append(build(member_cfg, env))
+        learner = build(member_cfg, env)
+        use_rows = getattr(learner, "use_rows", None)  # built on every member's rows
+        if use_rows is not None:
+            use_rows(cfg.num_envs)  # ... it trains on its own
+        learners.append(learner)
         states.append(torch.get_rng_state())
     return PopulationLearner(
         learners,
@@ -1622,6 +1637,14 @@ class PopulationMode(RunMode):
 
     def resume(self, fabric, path, learner, counters, env_modules) -> dict:
         return _resume_rank_members(fabric, path, learner, counters, env_modules)
+
+    def restore_streams(self, learner, payload) -> None:
+        """The members' own streams again, as saved: building the collector called the
+        policy once (its probe), which drew from them, where a standalone run's probe draws
+        from the global stream before the engine restores it (measured: resumed PPO members
+        were one draw ahead of their resumed standalone runs)."""
+        for stream, state in zip(learner.rngs, payload["learner"].get("rng", ())):
+            stream.state = state.clone()
 
     def warm_start(self, fabric, path, learner) -> None:
         # its ranks hold different members: nothing is broadcast; the ranks agree on a refusal
