@@ -10,6 +10,8 @@ range may not recompile at every update.
 
 from __future__ import annotations
 
+import os
+
 import copy
 import warnings
 from types import SimpleNamespace
@@ -173,6 +175,10 @@ def test_compiled_off_policy_updates_match_eager_ones(algo):
 
 
 @pytest.mark.slow  # compiling the recurrent loss: about 2 min here on a shared machine
+@pytest.mark.skipif(
+    not os.environ.get("RLKIT_MEASURE"),
+    reason="a measurement, not a contract (--recurrent refuses --compile): RLKIT_MEASURE=1 runs it",
+)
 @pytest.mark.xfail(
     strict=True, reason="measured: 3.7e-3 apart after one update; --recurrent refuses --compile"
 )

@@ -67,6 +67,7 @@ def test_the_engine_layer_holds_no_algorithm():
         "population",
         "runlog",
         "schedules",
+        "search",
         "signals",
         "stats",
         "update",
