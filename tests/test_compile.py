@@ -10,9 +10,8 @@ range may not recompile at every update.
 
 from __future__ import annotations
 
-import os
-
 import copy
+import os
 import warnings
 from types import SimpleNamespace
 
