@@ -88,7 +88,11 @@ def test_a_lost_worker_is_replaced_with_one_line_and_the_frames_stay_exact(
     fault, sync, tmp_path, capsys, monkeypatch
 ):
     run_dir = tmp_path / "run"
-    argv = [*ARGS, "--sync-collect", sync, "--total-frames", "96", "--run-dir", str(run_dir)]
+    # asynchronous: worker 0 alone may feed the first batches while worker 1 starts up (the
+    # fault waits for worker 1's first batch), so the run is long enough for it to deliver
+    batches = 6 if sync == "true" else 12
+    total = FRAMES_PER_BATCH * batches
+    argv = [*ARGS, "--sync-collect", sync, "--total-frames", str(total), "--run-dir", str(run_dir)]
     slow = fault == "SIGSTOP" and sync == "false"
     code, lines, (lost,) = _run(capsys, monkeypatch, argv, {2: getattr(signal, fault)}, slow)
     assert code == 0, lines
@@ -104,9 +108,9 @@ def test_a_lost_worker_is_replaced_with_one_line_and_the_frames_stay_exact(
             re.fullmatch(r"delivered no batch for (\d+) s \(hung; limit \d+ s\)", why)[1]
         )
         assert waited >= 2
-    # every batch the learner used counted once: 6 batches of 16 frames, one row each
-    assert _frames(run_dir) == [FRAMES_PER_BATCH * k for k in range(1, 7)]
-    assert ckpt.load(run_dir / "checkpoints" / "last.pt")["counters"]["frames"] == 96
+    # every batch the learner used counted once: batches of 16 frames, one row each
+    assert _frames(run_dir) == [FRAMES_PER_BATCH * k for k in range(1, batches + 1)]
+    assert ckpt.load(run_dir / "checkpoints" / "last.pt")["counters"]["frames"] == total
 
 
 @pytest.mark.slow  # an APPO run with worker processes, then its resume
