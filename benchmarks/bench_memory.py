@@ -224,13 +224,7 @@ def main() -> None:
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT
     ).stdout.strip()
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError, StopIteration):
-        cpu = next(
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        )
+    cpu = _cpu()
     result = dict(vars(a), rows=rows, median_ratio=ratio, commit=commit, cpu=cpu)
     print(f"rlkit / RecurrentPPO frames/s, median of {a.repeats}: {ratio:.2f}")
     if a.out:
