@@ -327,11 +327,6 @@ def _env_name(venv: gymnasium.vector.VectorEnv) -> str:
     return f"env {type(inner).__name__}"
 
 
-def _env_fault(parts: _EnvParts, call: str, err: Exception) -> EnvFault:
-    """One line for an exception raised by the vector env's ``step()`` / ``reset()``."""
-    return _venv_fault(parts.venv, call, err)
-
-
 def _venv_fault(venv: Any, call: str, err: Exception, during: str = "") -> EnvFault:
     """One line for an exception raised by a gymnasium vector env's ``step()`` /
     ``reset()``; an observation of another shape than the space's (which gymnasium reports
@@ -403,11 +398,7 @@ def _check_leaves(env: EnvBase, td: TensorDictBase, call: str, during: str = "")
             rows = ", ".join(str(i) for i in bad.nonzero().flatten()[:4].tolist())
             first = x[~torch.isfinite(x)].flatten()[0].item()
             name = key if isinstance(key, str) else key[-1]
-            raise EnvFault(
-                f"{env_name(env)} (sub-env {rows}) returned a non-finite {name!r} ({first}) "
-                f"from {call}(){during}: the env produced it, not the learner; fix the env "
-                "or wrap it to clip or replace such values"
-            )
+            raise EnvFault(_non_finite_line(env_name(env), rows, name, first, call + "()" + during))
 
 
 def _non_finite(parts: _EnvParts, call: str, key: str, value: np.ndarray) -> EnvFault:
@@ -415,10 +406,16 @@ def _non_finite(parts: _EnvParts, call: str, key: str, value: np.ndarray) -> Env
     where = ", ".join(str(i) for i in np.flatnonzero(rows)[:4])
     bad = value.reshape(parts.num_envs, -1)[rows][0]
     first = bad[~np.isfinite(bad)][0]
-    return EnvFault(
-        f"{_env_name(parts.venv)} (sub-env {where}) returned a non-finite {key!r} ({first}) from "
-        f"{call}(): the env produced it, not the learner; fix the env or wrap it to clip or "
-        "replace such values"
+    return EnvFault(_non_finite_line(_env_name(parts.venv), where, key, first, call + "()"))
+
+
+def _non_finite_line(name: str, rows: str, key: str, first: Any, where: str) -> str:
+    """The one line for a non-finite ``key`` that sub-envs ``rows`` returned from ``where``
+    (``step()``, ``reset() during evaluation``): the rlkit collector's and the checks of
+    code that steps the env itself say it alike."""
+    return (
+        f"{name} (sub-env {rows}) returned a non-finite {key!r} ({first}) from {where}: the env "
+        "produced it, not the learner; fix the env or wrap it to clip or replace such values"
     )
 
 
@@ -439,7 +436,7 @@ class _CheckedVenv:
         try:
             out = self._venv.step(actions)
         except Exception as err:
-            raise _env_fault(self._parts, "step", err) from err
+            raise _venv_fault(self._parts.venv, "step", err) from err
         obs, reward = out[0], out[1]
         self._check_obs("step", obs)
         if not np.isfinite(reward).all():
@@ -450,7 +447,7 @@ class _CheckedVenv:
         try:
             out = self._venv.reset(**kwargs)
         except Exception as err:
-            raise _env_fault(self._parts, "reset", err) from err
+            raise _venv_fault(self._parts.venv, "reset", err) from err
         self._check_obs("reset", out[0])
         return out
 
@@ -558,7 +555,7 @@ class VectorEnvCollector:
         try:
             self._state = self._initial_state()  # through TorchRL, not _CheckedVenv
         except Exception as err:
-            raise _env_fault(self._parts, "reset", err) from err
+            raise _venv_fault(self._parts.venv, "reset", err) from err
         first = self._state.obs
         for key, x in first.items() if isinstance(first, dict) else [(keys.OBSERVATION, first)]:
             if x.is_floating_point() and not bool(torch.isfinite(x).all()):
